@@ -1,0 +1,90 @@
+# django-atp: `make demo` runs the demo, `make test` runs the whole suite, `make bench`
+# measures atpd.
+#
+# Everything is installed into .venv from setup.cfg; nothing else is needed but
+# Python 3.11+ and make. `make test` runs the suite on SQLite, then on PostgreSQL
+# when ATP_TEST_DATABASE_URL (default: a local server) answers; with
+# ATP_REQUIRE_POSTGRES=1 an unreachable PostgreSQL fails the run instead.
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PYTEST_ARGS ?=
+export ATP_TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test
+ATP_BENCH_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/atp_bench
+ATP_REQUIRE_POSTGRES ?= 0
+DJANGO_COMPAT ?= Django>=4.2,<5.0
+
+.PHONY: demo test browser test-sqlite test-postgres test-compat bench bench-admin screenshots \
+	lint clean
+
+$(VENV)/.installed: setup.cfg pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $@
+
+demo: $(VENV)/.installed
+	$(PY) manage.py migrate --noinput
+	$(PY) manage.py demo_setup
+	$(PY) manage.py demo_serve 127.0.0.1:8000
+
+test: browser test-sqlite test-postgres
+
+# The browser tests drive Debian's Chromium. Installing it needs root; without it the
+# browser tests are skipped with a message (outside CI, where they must run).
+browser:
+	@if command -v chromium >/dev/null 2>&1 || [ -n "$$ATP_CHROMIUM" ]; then \
+		true; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "== installing Chromium for the browser tests"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			--no-install-recommends chromium >/dev/null; \
+	else \
+		echo "== no Chromium and no root to install it: the browser tests will be skipped"; \
+	fi
+
+test-sqlite: $(VENV)/.installed
+	env -u ATP_TEST_DATABASE_URL $(PY) -m pytest $(PYTEST_ARGS)
+
+test-postgres: $(VENV)/.installed
+	@if $(PY) -c 'import os, psycopg; psycopg.connect(os.environ["ATP_TEST_DATABASE_URL"], connect_timeout=5).close()' 2>/dev/null; then \
+		echo "== PostgreSQL: $$ATP_TEST_DATABASE_URL"; \
+		$(PY) -m pytest $(PYTEST_ARGS); \
+	elif [ "$(ATP_REQUIRE_POSTGRES)" = "1" ]; then \
+		echo "PostgreSQL is required but $$ATP_TEST_DATABASE_URL does not answer" >&2; exit 1; \
+	else \
+		echo "== PostgreSQL at $$ATP_TEST_DATABASE_URL does not answer: the suite ran on SQLite only"; \
+	fi
+
+# The oldest supported Django, in a venv of its own, on both databases.
+test-compat:
+	$(MAKE) .venv-compat/.installed VENV=.venv-compat
+	.venv-compat/bin/python -m pip install --quiet '$(DJANGO_COMPAT)'
+	$(MAKE) test VENV=.venv-compat
+
+# Drain rate and enqueue->start latency of atpd (see bench/daemon.py), on SQLite and,
+# when it answers, on PostgreSQL (its database $(ATP_BENCH_DATABASE_URL) is recreated).
+bench: $(VENV)/.installed
+	env -u ATP_BENCH_DATABASE_URL $(PY) -m bench.daemon
+	@if $(PY) -c 'import psycopg; psycopg.connect("$(ATP_BENCH_DATABASE_URL)".rsplit("/", 1)[0] + "/postgres", connect_timeout=5).close()' 2>/dev/null; then \
+		ATP_BENCH_DATABASE_URL=$(ATP_BENCH_DATABASE_URL) $(PY) -m bench.daemon; \
+	else \
+		echo "== PostgreSQL at $(ATP_BENCH_DATABASE_URL) does not answer: SQLite only"; \
+	fi
+
+# Time the admin and atp's pages with 1,000,000 tasks and 5,000,000 history rows on
+# PostgreSQL (bench/admin_pages.py; its database is dropped and refilled, ~5 min).
+bench-admin: $(VENV)/.installed
+	ATP_BENCH_DATABASE_URL=$(ATP_BENCH_DATABASE_URL)_admin $(PY) -m bench.admin_pages
+
+# The screenshots in docs/images, taken by a real browser of a busy system.
+screenshots: $(VENV)/.installed browser
+	env -u ATP_TEST_DATABASE_URL ATP_SCREENSHOTS=docs/images $(PY) -m pytest -q \
+		tests/browser/test_screenshots.py
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check atp atp_demo tests bench
+
+clean:
+	rm -rf $(VENV) .venv-compat build dist *.egg-info db.sqlite3 db.sqlite3-shm db.sqlite3-wal

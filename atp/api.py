@@ -1,0 +1,89 @@
+"""The public Python API of django-atp; every name here is also importable from ``atp``.
+
+    import atp
+
+    @atp.task_type("reports.render", timeout=600)
+    def render(task, inputs):
+        ...
+
+    instance = atp.enqueue("reports.render", {"report": 42}, identifier="report-42")
+
+Functions taking a task accept an ``Instance`` or its primary key. Those that change
+a task return it as it now is (an ``Instance`` passed in is refreshed in place).
+"""
+
+from atp import engine
+from atp.engine import (
+    delete_task,
+    dequeue,
+    enqueue,
+    enqueue_many,
+    get_response,
+    get_type,
+    pause_type,
+    purge_finished,
+    register_task_type,
+    resume_type,
+    unregister_task_type,
+)
+from atp.engine.base import pk_of
+from atp.models import Instance
+from atp.registry import task_type
+from atp.states import Status
+
+__all__ = [
+    "Status", "cancel", "delete_task", "dequeue", "enqueue", "enqueue_many",
+    "get_response", "get_type", "pause", "pause_type", "purge_finished", "reenqueue",
+    "register_task_type", "resume", "resume_type", "set_response", "set_status",
+    "task_type", "unregister_task_type",
+]
+
+
+def _as_it_is_now(instance):
+    if isinstance(instance, Instance):
+        instance.refresh_from_db()
+        return instance
+    return Instance.objects.select_related("type").get(pk=pk_of(instance))
+
+
+def reenqueue(instance, message=""):
+    """Put an in-flight, failed or cancelled task back in the queue; return it.
+
+    A running attempt is abandoned (its daemon stops it); a failed or cancelled task
+    gets a fresh restart budget. Raise ``InvalidTransition`` for a queued or finished
+    task, ``TaskAlreadyExists`` if a live task took its identifier.
+    """
+    engine.reenqueue(instance, message)
+    return _as_it_is_now(instance)
+
+
+def set_status(instance, status, message=""):
+    """Move a task to ``status`` (an ``atp.Status``); return it.
+
+    Raise ``InvalidTransition`` for a change the state table does not allow.
+    """
+    engine.set_status(instance, status, message)
+    return _as_it_is_now(instance)
+
+
+def pause(instance, message=""):
+    """Pause a running task: its worker is suspended and its time-out clock stops; return it."""
+    engine.pause(instance, message)
+    return _as_it_is_now(instance)
+
+
+def resume(instance, message=""):
+    """Resume a paused task; return it."""
+    engine.resume(instance, message)
+    return _as_it_is_now(instance)
+
+
+def cancel(instance, message=""):
+    """Cancel a queued or in-flight task (its daemon stops it); return it."""
+    engine.cancel(instance, message)
+    return _as_it_is_now(instance)
+
+
+def set_response(instance, data, content_type=None):
+    """Store ``data`` (bytes, text or a JSON value) as the task's response; return the ``Response``."""
+    return engine.set_response(instance, data, content_type)

@@ -1,0 +1,31 @@
+from django.apps import AppConfig
+from django.db import connections
+from django.db.backends.signals import connection_created
+from django.db.models.signals import post_migrate
+
+
+class AtpConfig(AppConfig):
+    name = "atp"
+    verbose_name = "Asynchronous Task Processing"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self):
+        from atp import (
+            checks,  # noqa: F401 (registers the system checks)
+            registry,
+        )
+        from atp.db import configure_sqlite
+
+        connection_created.connect(configure_sqlite, dispatch_uid="atp.configure_sqlite")
+        post_migrate.connect(sync_types_after_migrate, sender=self)
+        registry.autodiscover()
+
+
+def sync_types_after_migrate(sender, using, plan=None, **kwargs):
+    """Write the ``@task_type`` declarations once the tables exist (``post_migrate``)."""
+    from atp.engine.types import sync_declared_types
+    from atp.models import Type
+
+    if Type._meta.db_table not in connections[using].introspection.table_names():
+        return
+    sync_declared_types()

@@ -1,0 +1,75 @@
+"""The ``ATP_*`` settings, each with its default.
+
+Settings are read from ``django.conf.settings`` at every access (never at import), so
+``override_settings`` in tests and late configuration both work. ``atp.checks``
+validates them; ``docs/settings.md`` lists them in this order.
+"""
+
+from django.conf import settings
+
+
+class AtpSettings:
+    """Read access to every ``ATP_*`` setting, falling back to its default."""
+
+    @property
+    def HANDLER_MODULES(self):
+        """Modules (with their sub-modules), besides installed apps, whose functions may be handlers."""
+        return getattr(settings, "ATP_HANDLER_MODULES", [])
+
+    @property
+    def SQLITE_WAL(self):
+        """Switch SQLite databases to write-ahead logging so readers never wait for a writer."""
+        return getattr(settings, "ATP_SQLITE_WAL", True)
+
+    @property
+    def TRANSACTION_RETRY_SECONDS(self):
+        """How long a queue write keeps retrying a locked SQLite database or a deadlock."""
+        return getattr(settings, "ATP_TRANSACTION_RETRY_SECONDS", 30.0)
+
+    @property
+    def POLL_INTERVAL_SECONDS(self):
+        """How often an idle daemon looks for runnable tasks without being notified."""
+        return getattr(settings, "ATP_POLL_INTERVAL_SECONDS", 1.0)
+
+    @property
+    def HEARTBEAT_INTERVAL_SECONDS(self):
+        """How often a daemon records in the database that it is alive."""
+        return getattr(settings, "ATP_HEARTBEAT_INTERVAL_SECONDS", 5.0)
+
+    @property
+    def DAEMON_TIMEOUT_SECONDS(self):
+        """After this long without a heartbeat a daemon is declared dead and its tasks restarted."""
+        return getattr(settings, "ATP_DAEMON_TIMEOUT_SECONDS", 30.0)
+
+    @property
+    def WORKER_KILL_GRACE_SECONDS(self):
+        """How long a worker told to terminate has before it is killed."""
+        return getattr(settings, "ATP_WORKER_KILL_GRACE_SECONDS", 3.0)
+
+    @property
+    def SHUTDOWN_TIMEOUT_SECONDS(self):
+        """How long a stopping daemon lets running tasks finish (atpd --shutdown-timeout)."""
+        return getattr(settings, "ATP_SHUTDOWN_TIMEOUT_SECONDS", 30.0)
+
+    @property
+    def PROGRESS_INTERVAL_SECONDS(self):
+        """How often, at most, a running task's progress is written (the latest value wins)."""
+        return getattr(settings, "ATP_PROGRESS_INTERVAL_SECONDS", 0.5)
+
+    @property
+    def TRACEBACK_MAX_CHARS(self):
+        """How much of a failed task's traceback its history keeps (the end of it)."""
+        return getattr(settings, "ATP_TRACEBACK_MAX_CHARS", 10_000)
+
+    @property
+    def DAEMON_RETENTION_SECONDS(self):
+        """How long the registry keeps a stopped daemon that holds no task."""
+        return getattr(settings, "ATP_DAEMON_RETENTION_SECONDS", 7 * 24 * 3600)
+
+    @property
+    def PURGE_BATCH_SIZE(self):
+        """How many finished tasks one purge transaction deletes at most."""
+        return getattr(settings, "ATP_PURGE_BATCH_SIZE", 500)
+
+
+conf = AtpSettings()

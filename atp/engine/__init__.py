@@ -1,0 +1,48 @@
+"""The queue verbs: the only code that changes a task's state.
+
+Admin actions, views, the CLI and the daemon call these; none of them updates queue
+rows itself. Each verb is a guarded compare-and-set that writes the task's history
+in the same transaction (see ``atp.engine.transitions``).
+"""
+
+from atp.engine.claim import dequeue
+from atp.engine.daemons import (
+    heartbeat,
+    prune_daemons,
+    reap_daemon,
+    register_daemon,
+    restart_leases,
+    retire_daemon,
+    stale_daemons,
+)
+from atp.engine.enqueue import enqueue, enqueue_many
+from atp.engine.lifecycle import (
+    fail,
+    finish,
+    hand_back,
+    release,
+    restart,
+    start,
+    start_and_load,
+)
+from atp.engine.maintenance import delete_ended, delete_task, purge_finished
+from atp.engine.records import get_response, log, set_progress, set_response
+from atp.engine.steering import cancel, pause, reenqueue, resume, set_status
+from atp.engine.types import (
+    get_type,
+    pause_type,
+    register_task_type,
+    resume_type,
+    sync_declared_types,
+    unregister_task_type,
+    update_task_type,
+)
+
+__all__ = [
+    "cancel", "delete_ended", "delete_task", "dequeue", "enqueue", "enqueue_many", "fail", "finish",
+    "get_response", "get_type", "hand_back", "heartbeat", "log", "pause", "pause_type",
+    "prune_daemons", "purge_finished", "reap_daemon", "reenqueue", "register_daemon", "release",
+    "register_task_type", "restart", "restart_leases", "resume", "resume_type", "retire_daemon",
+    "set_progress", "set_response", "set_status", "stale_daemons", "start", "start_and_load",
+    "sync_declared_types", "unregister_task_type", "update_task_type",
+]

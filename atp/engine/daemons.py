@@ -1,0 +1,124 @@
+"""The registry of daemons: who holds leases on tasks, and what happens when one is gone.
+
+A daemon proves it is alive by heartbeating on the database clock. A daemon silent
+for longer than ``ATP_DAEMON_TIMEOUT_SECONDS`` is declared stopped and its tasks are
+restarted, in one transaction that re-checks its silence under the row lock: a
+heartbeat that lands first wins, and one that lands after finds the daemon stopped.
+"""
+
+import datetime
+import os
+import socket
+
+import psutil
+from django.db.models import Value
+from django.db.models.functions import Now
+
+from atp.engine.base import load_on_access, pk_of, queue_write
+from atp.engine.lifecycle import hand_back, release, restart
+from atp.exceptions import InvalidTransition, TaskNotFound
+from atp.models import Daemon, Task
+from atp.states import IN_FLIGHT
+
+
+@queue_write
+def register_daemon(*, workers=0, types=()):
+    """Record the calling process as a running daemon; return its ``Daemon``.
+
+    It notes when the process started on this host's clock, which tells a later
+    daemon of the same host whether this one still runs.
+    """
+    process_started = psutil.Process().create_time()
+    daemon = Daemon.objects.create(
+        host=socket.gethostname(), pid=os.getpid(), process_started=process_started,
+        started=Now(), heartbeat=Now(), workers=workers, types=",".join(types or ()),
+    )
+    return load_on_access(daemon, "started", "heartbeat")
+
+
+@queue_write
+def heartbeat(daemon):
+    """Record that ``daemon`` is alive; return False if it was declared stopped meanwhile."""
+    return bool(
+        Daemon.objects.filter(pk=pk_of(daemon), stopped__isnull=True).update(heartbeat=Now())
+    )
+
+
+@queue_write
+def retire_daemon(daemon, reason="daemon stopped"):
+    """Record that ``daemon`` stopped of its own accord; return how many tasks it handed back.
+
+    Tasks it still holds go back to the queue without spending a restart (or, taken
+    from it by an operator, are let go of): a stopped daemon is never reaped, so
+    nothing may stay leased to it.
+    """
+    returned = _release_leases(daemon, lambda pk, attempt: hand_back(
+        pk, reason, attempt=attempt, daemon=daemon
+    ), counts=False)
+    Daemon.objects.filter(pk=pk_of(daemon), stopped__isnull=True).update(stopped=Now())
+    return returned
+
+
+@queue_write
+def restart_leases(daemon, reason):
+    """Restart every task ``daemon`` runs, each spending a restart, and let go of those
+    an operator took from it; return how many were restarted."""
+    return _release_leases(daemon, lambda pk, attempt: restart(pk, reason, attempt=attempt))
+
+
+def _release_leases(daemon, verb, *, counts=True):
+    """Apply ``verb`` to each task ``daemon`` runs; let go of those taken from it."""
+    released = 0
+    leases = Task.objects.filter(daemon_id=pk_of(daemon)).values_list(
+        "instance_id", "instance__attempt", "instance__status"
+    )
+    for pk, attempt, status in list(leases):
+        try:
+            if status in IN_FLIGHT:
+                verb(pk, attempt)
+            else:
+                release(pk, daemon=daemon)
+                continue
+        except (InvalidTransition, TaskNotFound):
+            continue
+        released += counts
+    return released
+
+
+def stale_daemons(timeout, *, exclude=None):
+    """Return the running daemons silent for longer than ``timeout`` (a timedelta)."""
+    rows = Daemon.objects.filter(stopped__isnull=True, heartbeat__lt=Now() - Value(timeout))
+    if exclude is not None:
+        rows = rows.exclude(pk=pk_of(exclude))
+    return list(rows)
+
+
+@queue_write
+def reap_daemon(daemon, reason, *, silent_for=None):
+    """Declare ``daemon`` stopped and restart every task it holds; return how many.
+
+    With ``silent_for`` (a timedelta) nothing happens unless its last heartbeat is
+    still older than that when the row is locked. Each task spends a restart.
+    """
+    rows = Daemon.objects.filter(pk=pk_of(daemon), stopped__isnull=True)
+    if silent_for is not None:
+        rows = rows.filter(heartbeat__lt=Now() - Value(silent_for))
+    if not rows.update(stopped=Now()):
+        return 0
+    return restart_leases(daemon, reason)
+
+
+@queue_write
+def prune_daemons(older_than):
+    """Delete daemons stopped longer than ``older_than`` ago that nothing refers to; return how many.
+
+    A daemon stays as long as a task of its records it (retention purges those), so
+    pruning never rewrites task rows.
+    """
+    if not isinstance(older_than, datetime.timedelta):
+        older_than = datetime.timedelta(seconds=older_than)
+    gone = Daemon.objects.filter(
+        stopped__lt=Now() - Value(older_than), leases__isnull=True, instances__isnull=True
+    )
+    deleted, _ = Daemon.objects.filter(pk__in=list(gone.values_list("pk", flat=True))).delete()
+    return deleted

@@ -1,0 +1,149 @@
+"""Putting tasks in the queue.
+
+An enqueue writes the task (``Instance``), its ``Inputs``, its queue row (``Task``)
+and its first ``LogRecord`` in one transaction, or in a savepoint of the caller's:
+when the caller rolls back, nothing of the task remains. ``enqueue_many`` writes any
+number of tasks with one statement per table.
+"""
+
+import datetime
+import uuid
+
+from django.conf import settings
+from django.db import IntegrityError
+from django.utils import timezone
+
+from atp.db import database_now
+from atp.engine.base import database, queue_write
+from atp.engine.notify import notify_runnable
+from atp.engine.types import get_type
+from atp.exceptions import InvalidParameter, TaskAlreadyExists
+from atp.models import IDENTIFIER_MAX_LENGTH, Inputs, Instance, LogRecord, Task
+from atp.serialization import dump_inputs
+from atp.states import Status
+
+PRIORITY_MIN, PRIORITY_MAX = -32768, 32767
+
+
+def enqueue(type_identifier, inputs=None, *, identifier=None, priority=0, eta=None,
+            countdown=None):
+    """Queue a task of type ``type_identifier`` with ``inputs``; return its ``Instance``.
+
+    ``identifier`` names the task (a random one by default) and is unique among the
+    live tasks of its type. Higher ``priority`` runs first. ``eta`` (an aware datetime)
+    or ``countdown`` (seconds or a timedelta) delays the start. Raise
+    ``TaskTypeNotFound``, ``InputsNotSerializable``, ``InvalidParameter`` or
+    ``TaskAlreadyExists``; nothing is written then.
+    """
+    task_type = get_type(type_identifier)
+    identifier = _clean_identifier(identifier)
+    priority = _clean_priority(priority)
+    schedule = _schedule(eta, countdown)
+    data = dump_inputs(inputs, task_type.input_format)
+    return _insert(task_type, [(identifier, data)], priority, schedule)[0]
+
+
+def enqueue_many(type_identifier, inputs_list, *, priority=0, eta=None, countdown=None):
+    """Queue one task of type ``type_identifier`` per item of ``inputs_list``; return them.
+
+    All tasks are written together or not at all, with generated identifiers. Raise
+    as ``enqueue`` does.
+    """
+    task_type = get_type(type_identifier)
+    priority = _clean_priority(priority)
+    schedule = _schedule(eta, countdown)
+    entries = [
+        (uuid.uuid4().hex, dump_inputs(inputs, task_type.input_format))
+        for inputs in inputs_list
+    ]
+    if not entries:
+        return []
+    return _insert(task_type, entries, priority, schedule)
+
+
+@queue_write
+def _insert(task_type, entries, priority, schedule):
+    now = database_now(database())
+    not_before = schedule if isinstance(schedule, datetime.datetime) else now + schedule
+    instances = Instance.objects.bulk_create(
+        Instance(type=task_type, identifier=identifier, priority=priority, created=now,
+                 updated=now)
+        for identifier, _ in entries
+    )
+    _fill_primary_keys(task_type, instances)
+    try:
+        Task.objects.bulk_create(
+            Task(instance=instance, type=task_type, identifier=instance.identifier,
+                 priority=priority, enqueued=now, not_before=not_before)
+            for instance in instances
+        )
+    except IntegrityError:
+        taken = repr(entries[0][0]) if len(entries) == 1 else "one of these identifiers"
+        raise TaskAlreadyExists(
+            f"a live task of type {task_type.identifier!r} already has {taken}"
+        ) from None
+    Inputs.objects.bulk_create(
+        Inputs(instance=instance, input_format=task_type.input_format, data=data)
+        for instance, (_, data) in zip(instances, entries, strict=True)
+    )
+    LogRecord.objects.bulk_create(
+        LogRecord(instance=instance, time=now, status=Status.ACCEPTED, message="enqueued")
+        for instance in instances
+    )
+    if not_before <= now:
+        notify_runnable()
+    return instances
+
+
+def _fill_primary_keys(task_type, instances):
+    # PostgreSQL and SQLite return the new keys; a database that cannot (MySQL) has
+    # them looked up by the identifiers just written, which are unique in the batch.
+    if all(instance.pk is not None for instance in instances):
+        return
+    keys = dict(
+        Instance.objects.filter(
+            type=task_type, status=Status.ACCEPTED,
+            identifier__in=[instance.identifier for instance in instances],
+        ).order_by("pk").values_list("identifier", "pk")
+    )
+    for instance in instances:
+        instance.pk = keys[instance.identifier]
+
+
+def _clean_identifier(identifier):
+    if identifier is None:
+        return uuid.uuid4().hex
+    if not isinstance(identifier, str) or not identifier:
+        raise InvalidParameter(f"a task identifier must be a non-empty string, not {identifier!r}")
+    if len(identifier) > IDENTIFIER_MAX_LENGTH:
+        raise InvalidParameter(f"a task identifier has at most {IDENTIFIER_MAX_LENGTH} characters")
+    return identifier
+
+
+def _clean_priority(priority):
+    if isinstance(priority, bool) or not isinstance(priority, int) or not (
+        PRIORITY_MIN <= priority <= PRIORITY_MAX
+    ):
+        raise InvalidParameter(
+            f"priority must be an integer from {PRIORITY_MIN} to {PRIORITY_MAX}, not {priority!r}"
+        )
+    return priority
+
+
+def _schedule(eta, countdown):
+    """Return when the task may start: an aware datetime, or a delay from now."""
+    if eta is not None and countdown is not None:
+        raise InvalidParameter("give eta or countdown, not both")
+    if eta is not None:
+        if not isinstance(eta, datetime.datetime):
+            raise InvalidParameter(f"eta must be a datetime, not {eta!r}")
+        if settings.USE_TZ and timezone.is_naive(eta):
+            raise InvalidParameter("eta must be timezone-aware")
+        return eta
+    if countdown is None:
+        return datetime.timedelta(0)
+    if isinstance(countdown, (int, float)) and not isinstance(countdown, bool):
+        countdown = datetime.timedelta(seconds=countdown)
+    if not isinstance(countdown, datetime.timedelta) or countdown < datetime.timedelta(0):
+        raise InvalidParameter(f"countdown must be a non-negative number of seconds, not {countdown!r}")
+    return countdown

@@ -1,0 +1,111 @@
+"""What a task records besides its state: its response, its progress, log messages.
+
+None of these changes the state. Given the writer's ``attempt``, each is refused
+with ``AttemptSuperseded`` once a newer attempt exists, so a lost worker cannot
+overwrite the work of the attempt that replaced it.
+"""
+
+from django.db.models.functions import Now
+
+from atp.engine.base import daemon_label, load_on_access, pk_of, queue_write
+from atp.engine.transitions import refusal
+from atp.exceptions import InvalidParameter, InvalidTransition
+from atp.models import Instance, LogRecord, Response
+from atp.serialization import encode_response
+from atp.states import Status
+
+PROGRESS_MESSAGE_MAX_LENGTH = Instance._meta.get_field("progress_message").max_length
+
+
+RUNS = (Status.RUNNING, Status.PAUSED)
+
+
+def _check_attempt(pk, attempt):
+    """Raise unless ``attempt`` is still the running attempt of task ``pk`` (when given)."""
+    if attempt is None:
+        return
+    row = Instance.objects.filter(pk=pk).values("status", "attempt").first()
+    if row is not None and row["attempt"] == attempt and row["status"] in RUNS:
+        return
+    if row is not None and row["attempt"] == attempt:
+        raise InvalidTransition(
+            f"task #{pk} is {row['status']}: attempt {attempt} may no longer write to it",
+            current=row["status"],
+        )
+    raise refusal(pk, None, attempt=attempt)
+
+
+@queue_write
+def set_response(instance, data, content_type=None, *, attempt=None):
+    """Store ``data`` (bytes, text or a JSON value) as the task's response; return it.
+
+    A second call replaces the first. With ``attempt`` (a handler's response) only
+    while that attempt runs. Raise ``InvalidResponse`` for other data.
+    """
+    pk = pk_of(instance)
+    _check_attempt(pk, attempt)
+    if not Instance.objects.filter(pk=pk).exists():
+        raise refusal(pk, None)
+    return store_response(pk, data, content_type)
+
+
+def store_response(pk, data, content_type=None):
+    """Write the response of task ``pk`` in the current transaction; return it."""
+    payload, content_type, charset = encode_response(data, content_type)
+    response, _ = Response.objects.update_or_create(
+        instance_id=pk,
+        defaults={"data": payload, "content_type": content_type, "charset": charset,
+                  "size": len(payload), "stored": Now()},
+    )
+    return load_on_access(response, "stored")
+
+
+def get_response(instance):
+    """Return the task's ``Response`` (``data``, ``content_type``, ``text``), or None."""
+    return Response.objects.filter(instance_id=pk_of(instance)).first()
+
+
+def check_progress(done, total=None):
+    """Raise ``InvalidParameter`` unless ``done`` (and ``total``, if given) are numbers."""
+    for name, value in (("done", done), ("total", total)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise InvalidParameter(f"progress {name} must be a number, not {value!r}")
+
+
+@queue_write
+def set_progress(instance, done, total=None, message="", *, attempt=None):
+    """Record how far a running task got: ``done`` of ``total`` (if known) and a message."""
+    pk = pk_of(instance)
+    check_progress(done, total)
+    rows = Instance.objects.filter(pk=pk, status__in=(Status.RUNNING, Status.PAUSED))
+    if attempt is not None:
+        rows = rows.filter(attempt=attempt)
+    updated = rows.update(
+        progress_done=done, progress_total=total,
+        progress_message=str(message)[:PROGRESS_MESSAGE_MAX_LENGTH], updated=Now(),
+    )
+    if not updated:
+        error = refusal(pk, Status.RUNNING, attempt=attempt)
+        if type(error) is InvalidTransition:
+            error = InvalidTransition(
+                f"task #{pk} is {error.current}: progress is recorded only while it runs",
+                current=error.current,
+            )
+        raise error
+
+
+@queue_write
+def log(instance, message, *, attempt=None, daemon=None):
+    """Add ``message`` to the task's history without changing its state.
+
+    With ``attempt`` (a handler's line) only while that attempt runs.
+    """
+    pk = pk_of(instance)
+    _check_attempt(pk, attempt)
+    row = Instance.objects.filter(pk=pk).values("attempt").first()
+    if row is None:
+        raise refusal(pk, None)
+    LogRecord.objects.create(
+        instance_id=pk, time=Now(), status=None, attempt=row["attempt"],
+        message=str(message), daemon=daemon_label(daemon),
+    )

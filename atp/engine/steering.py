@@ -1,0 +1,120 @@
+"""The verbs operators steer tasks with: pause, resume, cancel, re-enqueue, set a state.
+
+They apply to whatever attempt is current, and they never take a lease from the
+daemon running the task: they change the task's state, and the daemon follows within
+half a second, suspending, resuming or stopping the worker, and only then lets go of
+the task (``lifecycle.release``). So a re-enqueued or cancelled-then-retried task can
+never run while its previous worker still does. Verbs return the task's attempt.
+"""
+
+from django.db import IntegrityError
+from django.db.models import F
+from django.db.models.functions import Now
+
+from atp.engine.base import pk_of, queue_write
+from atp.engine.lifecycle import fail, finish, queue_row, start
+from atp.engine.notify import notify_runnable
+from atp.engine.transitions import move, refusal
+from atp.exceptions import InvalidTransition, TaskAlreadyExists
+from atp.models import Instance, Task
+from atp.states import IN_FLIGHT, LIVE, Status
+
+ENDED_FOR_RETRY = (Status.FAILED, Status.CANCELLED)
+
+
+@queue_write
+def pause(instance, message=""):
+    """Move a RUNNING task to PAUSED and stop its time-out clock; its daemon suspends the worker."""
+    pk = pk_of(instance)
+    queue_row(pk).filter(paused_since__isnull=True).update(paused_since=Now())
+    return move(pk, Status.PAUSED, sources={Status.RUNNING}, message=message or "paused")
+
+
+@queue_write
+def resume(instance, message=""):
+    """Move a PAUSED task back to RUNNING; its deadline moves by the time it was paused."""
+    pk = pk_of(instance)
+    queue_row(pk).filter(paused_since__isnull=False).update(
+        deadline=F("deadline") + (Now() - F("paused_since")), paused_since=None
+    )
+    return move(pk, Status.RUNNING, sources={Status.PAUSED}, message=message or "resumed")
+
+
+@queue_write
+def cancel(instance, message=""):
+    """Move a live task to CANCELLED; a queued one leaves the queue, a running one is stopped."""
+    pk = pk_of(instance)
+    queue_row(pk).filter(daemon__isnull=True).delete()
+    return move(
+        pk, Status.CANCELLED, sources=set(LIVE), changes={"finished": Now()},
+        message=message or "cancelled",
+    )
+
+
+@queue_write
+def reenqueue(instance, message=""):
+    """Put a task back in the queue as ACCEPTED, as an operator would.
+
+    An in-flight task is stopped by its daemon and claimable again once its worker
+    is gone. A failed or cancelled task is retried with a fresh restart budget; raise
+    ``TaskAlreadyExists`` if a live task has taken its identifier meanwhile. A queued
+    or finished task is refused with ``InvalidTransition``. No restart is counted.
+    """
+    pk = pk_of(instance)
+    current = Instance.objects.filter(pk=pk).values_list("status", flat=True).first()
+    if current in ENDED_FOR_RETRY:
+        return _retry_ended(pk, message or f"re-enqueued after {current}")
+    if current not in IN_FLIGHT:
+        raise refusal(pk, Status.ACCEPTED)
+    # The lease stays with the daemon until it has stopped the worker.
+    queue_row(pk).update(deadline=None, paused_since=None)
+    return move(
+        pk, Status.ACCEPTED, sources=set(IN_FLIGHT), changes={"started": None},
+        message=message or "re-enqueued",
+    )
+
+
+def _retry_ended(pk, message):
+    # An ended task's queue row, if any, is locked by nobody but its daemon letting
+    # go of it; the task is moved first, then the row made or left for the daemon.
+    attempt = move(
+        pk, Status.ACCEPTED, sources=set(ENDED_FOR_RETRY),
+        changes={"restarts": 0, "started": None, "finished": None}, message=message,
+    )
+    if queue_row(pk).exists():
+        return attempt  # its daemon is still stopping the last worker; it lets go then
+    task = Instance.objects.values("type_id", "identifier", "priority").get(pk=pk)
+    try:
+        Task.objects.create(instance_id=pk, enqueued=Now(), not_before=Now(), **task)
+    except IntegrityError:
+        raise TaskAlreadyExists(
+            f"task #{pk} cannot be re-enqueued: a live task of its type has taken the "
+            f"identifier {task['identifier']!r}"
+        ) from None
+    notify_runnable()
+    return attempt
+
+
+def set_status(instance, status, message=""):
+    """Move a task to ``status`` through the verb that owns that change.
+
+    Raise ``InvalidTransition`` for a change the state table does not allow, or that
+    only the queue itself makes (SCHEDULED is reached by ``dequeue`` alone).
+    """
+    pk = pk_of(instance)
+    try:
+        target = Status(status)
+    except ValueError:
+        raise InvalidTransition(f"{status!r} is not a task state") from None
+    if target == Status.RUNNING:
+        current = Instance.objects.filter(pk=pk).values_list("status", flat=True).first()
+        if current == Status.SCHEDULED:
+            return start(pk)
+        return resume(pk, message)
+    verbs = {
+        Status.ACCEPTED: reenqueue, Status.PAUSED: pause, Status.FINISHED: finish,
+        Status.FAILED: fail, Status.CANCELLED: cancel,
+    }
+    if target not in verbs:
+        raise refusal(pk, target)
+    return verbs[target](pk, message)

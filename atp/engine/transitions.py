@@ -1,0 +1,59 @@
+"""The guarded compare-and-set behind every state change, and the history it writes.
+
+Locking order, the same in every transaction that writes both: a task's ``Task`` row
+first, its ``Instance`` row second. Verbs that touch the queue row therefore do so
+before calling ``move``, so two writers of one task queue up instead of deadlocking.
+"""
+
+from django.db.models.functions import Now
+
+from atp.engine.base import daemon_label
+from atp.exceptions import AttemptSuperseded, InvalidTransition, TaskNotFound
+from atp.models import Instance, LogRecord
+from atp.states import describe_refusal, is_allowed
+
+
+def move(pk, target, *, sources, attempt=None, where=None, changes=None, message="", daemon=None):
+    """Move task ``pk`` from one of ``sources`` to ``target`` and log it; return its attempt.
+
+    Run inside a queue transaction. The row changes only while it is still in one of
+    ``sources``, still on ``attempt`` when one is given (fencing) and still matches
+    ``where``; otherwise raise ``AttemptSuperseded``, ``InvalidTransition`` or
+    ``TaskNotFound`` and change nothing.
+    """
+    illegal = [source for source in sources if not is_allowed(source, target)]
+    if illegal:
+        raise ValueError(f"{illegal} -> {target} is not in atp.states.TRANSITIONS")
+    rows = Instance.objects.filter(pk=pk, status__in=sources, **(where or {}))
+    if attempt is not None:
+        rows = rows.filter(attempt=attempt)
+    if not rows.update(status=target, updated=Now(), **(changes or {})):
+        raise refusal(pk, target, attempt=attempt)
+    if attempt is None:
+        attempt = Instance.objects.filter(pk=pk).values_list("attempt", flat=True).get()
+    LogRecord.objects.create(
+        instance_id=pk, time=Now(), status=target, attempt=attempt, message=message,
+        daemon=daemon_label(daemon),
+    )
+    return attempt
+
+
+def refusal(pk, target, *, attempt=None):
+    """Return the error that explains why task ``pk`` cannot move to ``target`` now.
+
+    With ``target`` None it explains why a write that changes no state was refused.
+    """
+    row = Instance.objects.filter(pk=pk).values("status", "attempt").first()
+    if row is None:
+        return TaskNotFound(f"task #{pk} does not exist")
+    current = row["status"]
+    if attempt is not None and row["attempt"] != attempt:
+        change = f"its change to {target}" if target else "its write"
+        return AttemptSuperseded(
+            f"task #{pk}: attempt {attempt} was superseded by attempt {row['attempt']}; "
+            f"{change} is ignored",
+            current=current, target=target,
+        )
+    return InvalidTransition(
+        describe_refusal(current, target, task=f"#{pk}"), current=current, target=target
+    )

@@ -1,0 +1,138 @@
+"""Registering, looking up, pausing and removing task types."""
+
+from django.db import IntegrityError
+from django.db.models.deletion import ProtectedError
+from django.utils import timezone
+
+from atp import registry
+from atp.engine.base import queue_write
+from atp.engine.notify import notify_runnable
+from atp.exceptions import InvalidParameter, TaskTypeInUse, TaskTypeNotFound
+from atp.models import Instance, Type
+
+
+def register_task_type(identifier, handler, **parameters):
+    """Create task type ``identifier`` run by ``handler``, or update it; return the ``Type``.
+
+    ``handler`` is a module-level function, or its dotted path, of an installed app or
+    of ``ATP_HANDLER_MODULES``. Parameters (``timeout``, ``max_restarts``,
+    ``retention``, ``max_concurrency``, ``input_format``, ``description``) not given
+    keep their current value, or their default for a new type. Raise
+    ``InvalidHandler`` or ``InvalidParameter``; nothing changes then.
+    """
+    identifier = registry.clean_type_identifier(identifier)
+    parameters = registry.clean_type_parameters(parameters)
+    if callable(handler):
+        path = registry.register_handler(handler)
+    else:
+        path = str(handler)
+        registry.resolve_handler(path)
+    return _save_type(identifier, path, parameters)
+
+
+@queue_write
+def _save_type(identifier, handler_path, parameters):
+    task_type, _ = Type.objects.update_or_create(
+        identifier=identifier, defaults={"handler": handler_path, **parameters}
+    )
+    return task_type
+
+
+def sync_declared_types():
+    """Write every ``@task_type`` declaration to the database; return the types.
+
+    Raise ``InvalidHandler`` for a declared handler that may not run.
+    """
+    return [_sync(declaration) for declaration in registry.declarations().values()]
+
+
+def _sync(declaration):
+    registry.resolve_handler(declaration.handler)
+    return _save_type(declaration.identifier, declaration.handler, declaration.parameters)
+
+
+def get_type(identifier):
+    """Return the ``Type`` registered as ``identifier``; raise ``TaskTypeNotFound``.
+
+    A type declared in code with ``@task_type`` but not yet in the database is
+    written there first.
+    """
+    if isinstance(identifier, Type):
+        return identifier
+    try:
+        return Type.objects.get(identifier=identifier)
+    except Type.DoesNotExist:
+        declaration = registry.declarations().get(identifier)
+        if declaration is None:
+            raise TaskTypeNotFound(f"no task type {identifier!r} is registered") from None
+        return _sync(declaration)
+
+
+def update_task_type(identifier, **parameters):
+    """Change only the given parameters of task type ``identifier``; return the ``Type``.
+
+    For tuning a type without naming its handler (the admin does this). Parameters
+    are those of ``register_task_type``. Raise ``TaskTypeNotFound`` or
+    ``InvalidParameter``; nothing changes then.
+    """
+    parameters = registry.clean_type_parameters(parameters)
+    return _update_type(identifier, parameters)
+
+
+@queue_write
+def _update_type(identifier, parameters):
+    task_type = find_type(identifier)
+    if parameters:
+        Type.objects.filter(pk=task_type.pk).update(**parameters, updated=timezone.now())
+        # A longer time-out or a higher concurrency can let waiting tasks start.
+        notify_runnable()
+        task_type.refresh_from_db()
+    return task_type
+
+
+@queue_write
+def unregister_task_type(identifier):
+    """Delete task type ``identifier``; raise ``TaskTypeInUse`` while it has tasks."""
+    task_type = find_type(identifier)
+    count = Instance.objects.filter(type=task_type).count()
+    if count:
+        raise TaskTypeInUse(
+            f"task type {task_type.identifier!r} still has {count} task(s); "
+            "delete or purge them first"
+        )
+    try:
+        task_type.delete()
+    except (ProtectedError, IntegrityError):
+        raise TaskTypeInUse(f"task type {task_type.identifier!r} still has tasks") from None
+
+
+def pause_type(identifier):
+    """Stop starting tasks of type ``identifier`` (queued ones wait); return the ``Type``."""
+    return _set_paused(identifier, True)
+
+
+def resume_type(identifier):
+    """Start tasks of a paused type ``identifier`` again; return the ``Type``."""
+    return _set_paused(identifier, False)
+
+
+@queue_write
+def _set_paused(identifier, is_paused):
+    task_type = find_type(identifier)
+    Type.objects.filter(pk=task_type.pk).update(is_paused=is_paused, updated=timezone.now())
+    if not is_paused:
+        notify_runnable()
+    task_type.refresh_from_db()
+    return task_type
+
+
+def find_type(identifier):
+    """Return the ``Type`` registered as ``identifier``; raise ``TaskTypeNotFound``."""
+    if isinstance(identifier, Type):
+        identifier = identifier.identifier
+    if not isinstance(identifier, str):
+        raise InvalidParameter(f"{identifier!r} is not a task type identifier")
+    try:
+        return Type.objects.get(identifier=identifier)
+    except Type.DoesNotExist:
+        raise TaskTypeNotFound(f"no task type {identifier!r} is registered") from None

@@ -1,0 +1,63 @@
+"""Errors raised by django-atp.
+
+Each error's docstring is its default message, so ``raise TaskNotFound()`` already
+says what went wrong; pass a more specific message where the caller knows more.
+"""
+
+from django.core.exceptions import ImproperlyConfigured
+
+
+class AtpError(Exception):
+    """Base of every django-atp error; do not raise it directly."""
+
+    def __init__(self, message=None):
+        super().__init__(message or self.__doc__)
+
+
+class InvalidParameter(AtpError, ValueError):
+    """A parameter of a django-atp call is not valid."""
+
+
+class TaskTypeNotFound(AtpError, LookupError):
+    """No task type is registered under this identifier."""
+
+
+class TaskTypeInUse(AtpError):
+    """The task type still has tasks; delete or purge them first."""
+
+
+class InvalidHandler(AtpError, ImproperlyConfigured):
+    """The handler is not a module-level function of an installed app or ATP_HANDLER_MODULES."""
+
+
+class TaskNotFound(AtpError, LookupError):
+    """No such task."""
+
+
+class TaskAlreadyExists(AtpError):
+    """A live task of this type already has this identifier."""
+
+
+class InvalidTransition(AtpError):
+    """The task's state does not allow this change; nothing was changed."""
+
+    def __init__(self, message=None, *, current=None, target=None):
+        self.current = current
+        self.target = target
+        super().__init__(message)
+
+
+class AttemptSuperseded(InvalidTransition):
+    """A newer attempt of this task has started; this write from an older attempt is ignored."""
+
+
+class InputsNotSerializable(AtpError, TypeError):
+    """The task's inputs cannot be stored; nothing was enqueued."""
+
+
+class TamperedInputs(AtpError):
+    """The pickled inputs failed their signature check and were not unpickled."""
+
+
+class InvalidResponse(AtpError, TypeError):
+    """The response cannot be stored: give bytes, text or a JSON-serialisable value."""

@@ -1,0 +1,319 @@
+"""The data model of the ATP RFC: task types, tasks, their inputs, responses, state
+history and queue rows, plus the registry of daemons.
+
+Rows are written by the queue verbs in ``atp.engine`` only; create tasks with
+``atp.enqueue`` rather than ``Instance.objects.create``.
+"""
+
+import datetime
+import json
+
+from django.db import models
+from django.db.models import Q
+
+from atp.serialization import TOKEN_END_CHARS, InputFormat, load_inputs, pickled_size
+from atp.states import IN_FLIGHT, LIVE, TERMINAL, Status
+
+IDENTIFIER_MAX_LENGTH = 255
+STATUS_MAX_LENGTH = 10
+
+
+class Type(models.Model):
+    """A task type: its handler and the parameters every task of the type shares."""
+
+    identifier = models.CharField(max_length=IDENTIFIER_MAX_LENGTH, unique=True)
+    handler = models.CharField(
+        max_length=255, help_text="Dotted path of the handler function."
+    )
+    timeout = models.DurationField(
+        default=datetime.timedelta(hours=1),
+        help_text="A task running longer is stopped and restarted.",
+    )
+    max_restarts = models.PositiveSmallIntegerField(
+        default=3,
+        help_text="How often a stale or timed-out task is restarted before it fails.",
+    )
+    retention = models.DurationField(
+        null=True, blank=True,
+        help_text="How long ended tasks are kept; empty keeps them forever.",
+    )
+    max_concurrency = models.PositiveIntegerField(
+        null=True, blank=True,
+        help_text="At most this many tasks of the type in flight; empty for no limit.",
+    )
+    is_paused = models.BooleanField(
+        default=False, help_text="Paused types keep their queue but no task is started."
+    )
+    input_format = models.CharField(
+        max_length=8, choices=InputFormat.choices, default=InputFormat.JSON
+    )
+    description = models.TextField(blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["identifier"]
+        verbose_name = "task type"
+
+    def __str__(self):
+        return self.identifier
+
+
+class Daemon(models.Model):
+    """One run of ``atpd``: where it runs and when it last reported alive."""
+
+    host = models.CharField(max_length=255)
+    pid = models.PositiveIntegerField()
+    process_started = models.FloatField(
+        default=0.0, help_text="When its process started, on its host's clock (Unix time)."
+    )
+    started = models.DateTimeField()
+    heartbeat = models.DateTimeField()
+    stopped = models.DateTimeField(null=True, blank=True)
+    workers = models.PositiveSmallIntegerField(default=0)
+    types = models.TextField(blank=True, help_text="Types it serves; empty for all.")
+
+    class Meta:
+        ordering = ["-started"]
+
+    def __str__(self):
+        return f"{self.host}:{self.pid}"
+
+
+class Instance(models.Model):
+    """One task: what it is, where it stands, and how often it was tried."""
+
+    id = models.BigAutoField(primary_key=True)
+    # No index of its own: the (type, -id) index leads with it.
+    type = models.ForeignKey(
+        Type, on_delete=models.PROTECT, related_name="instances", db_index=False
+    )
+    identifier = models.CharField(max_length=IDENTIFIER_MAX_LENGTH)
+    status = models.CharField(
+        max_length=STATUS_MAX_LENGTH, choices=Status.choices, default=Status.ACCEPTED
+    )
+    priority = models.SmallIntegerField(default=0)
+    attempt = models.PositiveIntegerField(
+        default=0, help_text="Number of the latest attempt; each claim starts a new one."
+    )
+    restarts = models.PositiveIntegerField(
+        default=0, help_text="Restarts spent against the type's max_restarts."
+    )
+    progress_done = models.FloatField(null=True, blank=True)
+    progress_total = models.FloatField(null=True, blank=True)
+    progress_message = models.CharField(max_length=255, blank=True)
+    daemon = models.ForeignKey(
+        Daemon, on_delete=models.SET_NULL, null=True, blank=True, related_name="instances",
+        help_text="The daemon of the latest attempt.",
+    )
+    created = models.DateTimeField()
+    updated = models.DateTimeField()
+    started = models.DateTimeField(null=True, blank=True)
+    finished = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "task"
+        indexes = [
+            # A type's tasks, newest first (monitoring lists); also the type's foreign key.
+            models.Index(fields=["type", "-id"], name="atp_instance_type_idx"),
+            # Looking a task up by its identifier, across types (search).
+            models.Index(fields=["identifier"], name="atp_instance_identifier_idx"),
+            # The admin's date hierarchy reads the first and last creation times.
+            models.Index(fields=["created"], name="atp_instance_created_idx"),
+            # Counting and listing live tasks reads only this small index, however
+            # many ended tasks the table holds.
+            models.Index(
+                fields=["type", "status"], condition=Q(status__in=LIVE),
+                name="atp_instance_live_idx",
+            ),
+            # Retention purges and "ended recently" read this one.
+            models.Index(
+                fields=["type", "finished"], condition=Q(status__in=TERMINAL),
+                name="atp_instance_ended_idx",
+            ),
+            # The tasks an operator looks into: failed and cancelled ones of a type,
+            # newest first, listed and counted without reading the finished millions.
+            models.Index(
+                fields=["type", "status", "-id"],
+                condition=Q(status__in=[Status.FAILED, Status.CANCELLED]),
+                name="atp_instance_failed_idx",
+            ),
+        ]
+
+    def __str__(self):
+        return f"#{self.pk} {self.identifier}"
+
+    @property
+    def is_live(self):
+        return self.status in LIVE
+
+    @property
+    def is_in_flight(self):
+        return self.status in IN_FLIGHT
+
+    @property
+    def is_terminal(self):
+        return self.status in TERMINAL
+
+    @property
+    def progress_fraction(self):
+        """Return the progress as a fraction from 0 to 1, or None when unknown."""
+        if self.progress_done is None or not self.progress_total:
+            return None
+        return max(0.0, min(1.0, self.progress_done / self.progress_total))
+
+    @property
+    def duration(self):
+        """Return how long the latest attempt ran, up to now if it still runs."""
+        if self.started is None:
+            return None
+        return (self.finished or self.updated) - self.started
+
+    def load_inputs(self):
+        """Return the task's inputs; raise ``atp.exceptions.TamperedInputs`` for a forged pickle."""
+        return self.inputs.load()
+
+
+class Inputs(models.Model):
+    """The inputs of a task, as JSON text or as a signed pickle."""
+
+    instance = models.OneToOneField(
+        Instance, on_delete=models.CASCADE, primary_key=True, related_name="inputs"
+    )
+    input_format = models.CharField(
+        max_length=8, choices=InputFormat.choices, default=InputFormat.JSON
+    )
+    data = models.TextField()
+
+    class Meta:
+        verbose_name_plural = "inputs"
+
+    def __str__(self):
+        return f"inputs of task #{self.instance_id}"
+
+    def load(self):
+        """Return the stored value; raise ``TamperedInputs`` for a forged pickle."""
+        return load_inputs(self.data, self.input_format)
+
+    @property
+    def size(self):
+        """Return the payload size in bytes (a pickle's size without unpickling it)."""
+        if self.input_format == InputFormat.PICKLE:
+            return pickled_size(len(self.data), self.data[-TOKEN_END_CHARS:])
+        return len(self.data.encode("utf-8"))
+
+
+class Response(models.Model):
+    """The output of a task: bytes or text with their content type."""
+
+    instance = models.OneToOneField(
+        Instance, on_delete=models.CASCADE, primary_key=True, related_name="response"
+    )
+    data = models.BinaryField()
+    content_type = models.CharField(max_length=255)
+    charset = models.CharField(max_length=40, blank=True, help_text="Set for text.")
+    size = models.PositiveBigIntegerField()
+    stored = models.DateTimeField(help_text="Database clock.")
+
+    def __str__(self):
+        return f"response of task #{self.instance_id}"
+
+    @property
+    def is_text(self):
+        return bool(self.charset)
+
+    @property
+    def text(self):
+        """Return the response decoded as text; raise ``ValueError`` for binary data."""
+        if not self.charset:
+            raise ValueError(f"the response is binary ({self.content_type}), not text")
+        return bytes(self.data).decode(self.charset)
+
+    def json(self):
+        """Return the response parsed as JSON."""
+        return json.loads(self.text)
+
+
+class LogRecord(models.Model):
+    """One entry of a task's history: a state change, or a message while it ran."""
+
+    id = models.BigAutoField(primary_key=True)
+    # No index of its own: the (instance, id) timeline index leads with it.
+    instance = models.ForeignKey(
+        Instance, on_delete=models.CASCADE, related_name="log_records", db_index=False
+    )
+    time = models.DateTimeField(help_text="Database clock.")
+    status = models.CharField(
+        max_length=STATUS_MAX_LENGTH, choices=Status.choices, null=True, blank=True,
+        help_text="The new state; empty for a message logged while the state stayed.",
+    )
+    attempt = models.PositiveIntegerField(default=0)
+    message = models.TextField(blank=True)
+    # Text, not a foreign key: the history stays as written when daemons are pruned.
+    daemon = models.CharField(max_length=300, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [models.Index(fields=["instance", "id"], name="atp_logrecord_timeline_idx")]
+
+    def __str__(self):
+        return f"task #{self.instance_id} {self.status or 'message'}"
+
+
+class Task(models.Model):
+    """The queue row of a live task: its place in the queue and, once claimed, its lease.
+
+    It exists from enqueue until the task ends and no worker may still run it; a
+    waiting task has no daemon. A lease is only ever given up by its daemon (or, when
+    that daemon is dead, by the one that reaps it): when an operator re-enqueues or
+    cancels a running task, the row keeps its lease until the worker is stopped. Only
+    one row of a type may carry an identifier, which makes the identifier the
+    de-duplication key while an ended task's identifier is free for a new one.
+    """
+
+    instance = models.OneToOneField(
+        Instance, on_delete=models.CASCADE, primary_key=True, related_name="task"
+    )
+    # The type and identifier are copies of the instance's, for the claim filter and
+    # the unique constraint; neither changes after enqueue.
+    type = models.ForeignKey(Type, on_delete=models.PROTECT, related_name="+", db_index=False)
+    identifier = models.CharField(max_length=IDENTIFIER_MAX_LENGTH)
+    priority = models.SmallIntegerField(default=0)
+    enqueued = models.DateTimeField()
+    not_before = models.DateTimeField(help_text="Not claimed before this time.")
+    daemon = models.ForeignKey(
+        Daemon, on_delete=models.PROTECT, null=True, blank=True, related_name="leases",
+        db_index=False,
+    )
+    claimed = models.DateTimeField(null=True, blank=True)
+    deadline = models.DateTimeField(
+        null=True, blank=True, help_text="The running attempt times out at this time."
+    )
+    paused_since = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "queue entry"
+        verbose_name_plural = "queue"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["type", "identifier"], name="atp_task_live_identifier_uniq"
+            ),
+        ]
+        indexes = [
+            # Claim order: higher priority first, then the longest runnable. Only
+            # waiting rows are in it, so it stays small however busy the queue.
+            models.Index(
+                fields=["-priority", "not_before", "instance"],
+                condition=Q(daemon__isnull=True), name="atp_task_claim_idx",
+            ),
+            models.Index(
+                fields=["daemon"], condition=Q(daemon__isnull=False), name="atp_task_lease_idx"
+            ),
+            models.Index(
+                fields=["deadline"], condition=Q(deadline__isnull=False),
+                name="atp_task_deadline_idx",
+            ),
+        ]
+
+    def __str__(self):
+        return f"queue entry of task #{self.instance_id}"

@@ -1,0 +1,204 @@
+"""How task inputs and responses are stored.
+
+Inputs are JSON by default. Values JSON has no type for (datetimes, decimals, UUIDs,
+tuples, bytes...) are written as small tagged objects ``{"__atp__": tag, "value": ...}``
+so they come back as the same Python type. A type may opt in to pickle instead; its
+payload is signed with the project's ``SECRET_KEY`` and the signature is checked before
+anything is unpickled, so a row written by anyone without the key is never unpickled.
+"""
+
+import base64
+import datetime
+import decimal
+import json
+import math
+import pickle
+import uuid
+
+from django.core import signing
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import models
+
+from atp.exceptions import InputsNotSerializable, InvalidResponse, TamperedInputs
+
+TAG = "__atp__"
+PICKLE_SALT = "atp.inputs.pickle"
+
+
+class InputFormat(models.TextChoices):
+    JSON = "json", "JSON"
+    PICKLE = "pickle", "signed pickle"
+
+
+def dump_inputs(value, input_format=InputFormat.JSON):
+    """Return ``value`` encoded as text in ``input_format``; raise ``InputsNotSerializable``."""
+    if input_format == InputFormat.PICKLE:
+        return dump_pickle(value)
+    return dump_json(value)
+
+
+def load_inputs(text, input_format=InputFormat.JSON):
+    """Return the value encoded in ``text``; raise ``TamperedInputs`` for a bad signature."""
+    if input_format == InputFormat.PICKLE:
+        return load_pickle(text)
+    return load_json(text)
+
+
+# -- JSON ----------------------------------------------------------------------------
+
+
+def dump_json(value):
+    """Return ``value`` as tagged JSON text; raise ``InputsNotSerializable``."""
+    return json.dumps(
+        _to_json(value, "inputs"), ensure_ascii=False, separators=(",", ":"), allow_nan=False
+    )
+
+
+def load_json(text):
+    """Return the value encoded by ``dump_json``."""
+    return json.loads(text, object_hook=_from_json)
+
+
+def _tagged(tag, value):
+    return {TAG: tag, "value": value}
+
+
+def _to_json(value, path):
+    # bool before int and datetime before date: each is a subclass of the other.
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else _tagged("float", repr(value))
+    if isinstance(value, dict):
+        return _dict_to_json(value, path)
+    if isinstance(value, list):
+        return [_to_json(item, f"{path}[{index}]") for index, item in enumerate(value)]
+    if isinstance(value, (tuple, set, frozenset)):
+        items = value if isinstance(value, tuple) else _stable_order(value)
+        encoded = [_to_json(item, f"{path}[{index}]") for index, item in enumerate(items)]
+        return _tagged(type(value).__name__, encoded)
+    for python_type, tag, encode in _SCALARS:
+        if isinstance(value, python_type):
+            return _tagged(tag, encode(value))
+    raise InputsNotSerializable(
+        f"{path} is a {type(value).__name__}, which cannot be stored as JSON; pass "
+        "JSON-compatible values (str, numbers, lists, dicts, datetimes, decimals, "
+        "UUIDs, bytes) or register the task type with input_format='pickle'"
+    )
+
+
+def _dict_to_json(value, path):
+    for key in value:
+        if not isinstance(key, str):
+            raise InputsNotSerializable(
+                f"{path} has the key {key!r}: JSON objects only have string keys"
+            )
+    encoded = {key: _to_json(item, f"{path}[{key!r}]") for key, item in value.items()}
+    if TAG in encoded:
+        # A user dict that uses our tag key is stored as pairs, so it can never be
+        # mistaken for a tagged value on the way back.
+        return _tagged("dict", [[key, item] for key, item in encoded.items()])
+    return encoded
+
+
+def _stable_order(items):
+    try:
+        return sorted(items)
+    except TypeError:
+        return list(items)
+
+
+_SCALARS = (
+    (datetime.datetime, "datetime", datetime.datetime.isoformat),
+    (datetime.date, "date", datetime.date.isoformat),
+    (datetime.time, "time", datetime.time.isoformat),
+    (datetime.timedelta, "timedelta", lambda d: [d.days, d.seconds, d.microseconds]),
+    (decimal.Decimal, "decimal", str),
+    (uuid.UUID, "uuid", str),
+    ((bytes, bytearray, memoryview), "bytes", lambda b: base64.b64encode(b).decode("ascii")),
+)
+
+_DECODERS = {
+    "float": float,
+    "tuple": tuple,
+    "set": set,
+    "frozenset": frozenset,
+    "dict": dict,
+    "datetime": datetime.datetime.fromisoformat,
+    "date": datetime.date.fromisoformat,
+    "time": datetime.time.fromisoformat,
+    "timedelta": lambda parts: datetime.timedelta(*parts),
+    "decimal": decimal.Decimal,
+    "uuid": uuid.UUID,
+    "bytes": base64.b64decode,
+}
+
+
+def _from_json(obj):
+    if len(obj) == 2 and TAG in obj and "value" in obj:
+        return _DECODERS[obj[TAG]](obj["value"])
+    return obj
+
+
+# -- signed pickle -------------------------------------------------------------------
+
+
+def _signer():
+    # Signer checks SECRET_KEY_FALLBACKS too, so rotating the key keeps queued tasks.
+    return signing.Signer(salt=PICKLE_SALT)
+
+
+def dump_pickle(value):
+    """Return ``value`` pickled and signed, as text; raise ``InputsNotSerializable``."""
+    try:
+        payload = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    except (pickle.PicklingError, TypeError, AttributeError) as exc:
+        raise InputsNotSerializable(f"inputs cannot be pickled: {exc}") from exc
+    return _signer().sign(base64.b64encode(payload).decode("ascii"))
+
+
+def load_pickle(token):
+    """Return the value of a signed pickle; raise ``TamperedInputs`` before unpickling a bad one."""
+    try:
+        encoded = _signer().unsign(token)
+    except signing.BadSignature as exc:
+        raise TamperedInputs() from exc
+    return pickle.loads(base64.b64decode(encoded))
+
+
+#: The end of a signed pickle that holds its signature and the base64 padding.
+TOKEN_END_CHARS = 100
+
+
+def pickled_size(token_length, token_end):
+    """Return the size in bytes of the pickle inside a signed token, without unpickling it.
+
+    Only the token's length and its last ``TOKEN_END_CHARS`` characters are needed,
+    so a database can hand them over without the token itself.
+    """
+    encoded_end, signature = token_end.rsplit(":", 1)
+    encoded_length = token_length - len(signature) - 1
+    return encoded_length * 3 // 4 - encoded_end.count("=", -2)
+
+
+# -- responses -----------------------------------------------------------------------
+
+
+def encode_response(data, content_type=None):
+    """Return ``(bytes, content_type, charset)`` for a response; raise ``InvalidResponse``.
+
+    Bytes are kept as they are, text is stored as UTF-8, and any other value is
+    stored as JSON.
+    """
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return bytes(data), content_type or "application/octet-stream", ""
+    if isinstance(data, str):
+        return data.encode("utf-8"), content_type or "text/plain", "utf-8"
+    try:
+        text = json.dumps(data, cls=DjangoJSONEncoder, ensure_ascii=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidResponse(
+            f"a {type(data).__name__} cannot be stored as a response: give bytes, "
+            "text or a JSON-serialisable value"
+        ) from exc
+    return text.encode("utf-8"), content_type or "application/json", "utf-8"

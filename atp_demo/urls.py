@@ -1,0 +1,9 @@
+from django.contrib import admin
+from django.urls import include, path
+from django.views.generic import RedirectView
+
+urlpatterns = [
+    path("", RedirectView.as_view(pattern_name="atp:dashboard", permanent=False)),
+    path("admin/", admin.site.urls),
+    path("atp/", include("atp.urls")),
+]

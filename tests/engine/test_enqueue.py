@@ -1,0 +1,242 @@
+import datetime
+import decimal
+from pathlib import Path
+
+import pytest
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+import atp
+from atp import engine
+from atp.exceptions import (
+    InputsNotSerializable,
+    InvalidParameter,
+    TaskAlreadyExists,
+    TaskTypeNotFound,
+)
+from atp.models import Inputs, Instance, LogRecord, Task, Type
+from atp.states import Status
+from tests.factories import TaskFactory, drive
+
+pytestmark = pytest.mark.django_db
+
+
+class Boom(Exception):
+    pass
+
+
+def test_enqueue_writes_the_task_its_inputs_queue_row_and_history(noop_type):
+    inputs = {"when": datetime.date(2026, 1, 1), "amount": decimal.Decimal("9.99")}
+    instance = atp.enqueue("tests.noop", inputs, identifier="job-1", priority=3)
+
+    stored = Instance.objects.get(pk=instance.pk)
+    assert (stored.type, stored.identifier, stored.status) == (noop_type, "job-1", Status.ACCEPTED)
+    assert (stored.priority, stored.attempt, stored.restarts) == (3, 0, 0)
+    assert stored.load_inputs() == inputs
+    task = Task.objects.get(pk=instance.pk)
+    assert (task.identifier, task.priority, task.daemon) == ("job-1", 3, None)
+    assert task.not_before == task.enqueued
+    [record] = LogRecord.objects.filter(instance=instance)
+    assert (record.status, record.attempt) == (Status.ACCEPTED, 0)
+    # Timestamps come from the database clock; the returned object loads them lazily.
+    assert instance.created == stored.created
+    assert abs(instance.created - timezone.now()) < datetime.timedelta(minutes=1)
+
+
+def test_a_generated_identifier_is_unique(noop_type):
+    first, second = atp.enqueue("tests.noop"), atp.enqueue("tests.noop")
+    assert first.identifier != second.identifier
+    assert len(first.identifier) == 32
+
+
+def test_a_rolled_back_savepoint_leaves_nothing(noop_type, row_counts):
+    before = row_counts()
+    with pytest.raises(Boom), transaction.atomic():
+        atp.enqueue("tests.noop", {"x": 1})
+        raise Boom
+    assert row_counts() == before
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_rolled_back_transaction_leaves_nothing(noop_type, row_counts):
+    before = row_counts()
+    with pytest.raises(Boom), transaction.atomic():
+        instance = atp.enqueue("tests.noop", {"x": 1})
+        assert Instance.objects.filter(pk=instance.pk).exists()
+        raise Boom
+    assert row_counts() == before
+    assert not connection.in_atomic_block
+
+
+@pytest.mark.django_db(transaction=True)
+def test_enqueue_commits_with_the_callers_transaction(noop_type):
+    with transaction.atomic():
+        instance = atp.enqueue("tests.noop")
+        atp.enqueue("tests.noop")
+    assert Instance.objects.filter(pk=instance.pk, status=Status.ACCEPTED).exists()
+
+
+def test_a_live_duplicate_identifier_is_refused_and_changes_nothing(noop_type, row_counts):
+    atp.enqueue("tests.noop", identifier="report-42")
+    before = row_counts()
+    with transaction.atomic():
+        with pytest.raises(TaskAlreadyExists, match="'tests.noop' already has 'report-42'"):
+            atp.enqueue("tests.noop", {"other": True}, identifier="report-42")
+        # The caller's transaction is still usable after the refusal.
+        atp.enqueue("tests.noop", identifier="report-43")
+    after = row_counts()
+    assert {name: after[name] - before[name] for name in after} == {
+        "Instance": 1, "Inputs": 1, "Task": 1, "LogRecord": 1, "Response": 0,
+    }
+
+
+@pytest.mark.parametrize("status", [Status.SCHEDULED, Status.RUNNING, Status.PAUSED])
+def test_an_identifier_stays_taken_while_its_task_is_in_flight(noop_type, status):
+    TaskFactory(type=noop_type, identifier="busy", status=status)
+    with pytest.raises(TaskAlreadyExists):
+        atp.enqueue("tests.noop", identifier="busy")
+
+
+@pytest.mark.parametrize("status", [Status.FINISHED, Status.FAILED, Status.CANCELLED])
+def test_an_ended_task_frees_its_identifier(noop_type, status):
+    ended = TaskFactory(type=noop_type, identifier="nightly", status=status)
+    again = atp.enqueue("tests.noop", identifier="nightly")
+    assert again.pk != ended.pk
+    assert Instance.objects.filter(identifier="nightly").count() == 2
+
+
+def test_identifiers_are_unique_per_type_only(noop_type):
+    atp.register_task_type("tests.echo", "tests.handlers.echo")
+    atp.enqueue("tests.noop", identifier="same")
+    atp.enqueue("tests.echo", identifier="same")
+
+
+def test_an_unknown_type_is_refused_and_changes_nothing(db, row_counts):
+    before = row_counts()
+    with pytest.raises(TaskTypeNotFound, match="no task type 'nope' is registered"):
+        atp.enqueue("nope", {"x": 1})
+    assert row_counts() == before
+
+
+def test_non_json_inputs_are_refused_and_change_nothing(noop_type, row_counts):
+    before = row_counts()
+    with pytest.raises(InputsNotSerializable, match=r"inputs\['path'\] is a PosixPath"):
+        atp.enqueue("tests.noop", {"path": Path("/etc/passwd")})
+    assert row_counts() == before
+
+
+def test_a_pickle_type_takes_what_json_cannot(db):
+    atp.register_task_type("tests.pickled", "tests.handlers.echo", input_format="pickle")
+    instance = atp.enqueue("tests.pickled", {"path": Path("/tmp")})
+    inputs = Inputs.objects.get(pk=instance.pk)
+    assert inputs.input_format == "pickle"
+    assert inputs.load() == {"path": Path("/tmp")}
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"identifier": ""}, "non-empty string"),
+        ({"identifier": 42}, "non-empty string"),
+        ({"identifier": "x" * 256}, "at most 255"),
+        ({"priority": 1.5}, "priority must be an integer"),
+        ({"priority": 40000}, "priority must be an integer"),
+        ({"priority": True}, "priority must be an integer"),
+        ({"eta": datetime.datetime(2030, 1, 1)}, "eta must be timezone-aware"),
+        ({"eta": "tomorrow"}, "eta must be a datetime"),
+        ({"countdown": -1}, "countdown must be a non-negative"),
+        ({"countdown": 5, "eta": timezone.now()}, "eta or countdown, not both"),
+    ],
+)
+def test_bad_options_are_refused_and_change_nothing(noop_type, row_counts, options, message):
+    before = row_counts()
+    with pytest.raises(InvalidParameter, match=message):
+        atp.enqueue("tests.noop", **options)
+    assert row_counts() == before
+
+
+def test_eta_and_countdown_set_when_the_task_may_start(noop_type):
+    eta = timezone.now() + datetime.timedelta(hours=2)
+    assert Task.objects.get(pk=atp.enqueue("tests.noop", eta=eta).pk).not_before == eta
+    delayed = Task.objects.get(pk=atp.enqueue("tests.noop", countdown=90).pk)
+    assert delayed.not_before - delayed.enqueued == datetime.timedelta(seconds=90)
+
+
+def test_a_type_declared_in_code_is_created_on_first_enqueue(db):
+    Type.objects.filter(identifier="tests.declared").delete()
+    instance = atp.enqueue("tests.declared")
+    assert instance.type.handler == "tests.handlers.declared"
+    assert instance.type.max_restarts == 1
+
+
+def test_enqueue_many_writes_one_statement_per_table(noop_type):
+    # Up to the database's batch size (SQLite binds at most 999 parameters in one
+    # statement) the number of statements does not grow with the number of tasks.
+    with CaptureQueriesContext(connection) as few:
+        atp.enqueue_many("tests.noop", [{"n": n} for n in range(3)])
+    with CaptureQueriesContext(connection) as many:
+        atp.enqueue_many("tests.noop", [{"n": n} for n in range(60)])
+    # type, savepoint, clock, 4 inserts, NOTIFY on PostgreSQL, release
+    assert len(many) == len(few) <= 9
+    instances = atp.enqueue_many("tests.noop", [{"n": n} for n in range(300)], priority=2)
+    assert len({instance.pk for instance in instances}) == 300
+    assert Task.objects.filter(priority=2).count() == 300
+    assert Instance.objects.get(pk=instances[7].pk).load_inputs() == {"n": 7}
+    assert LogRecord.objects.filter(status=Status.ACCEPTED).count() == 363
+
+
+def test_enqueue_many_writes_all_or_nothing(noop_type, row_counts):
+    before = row_counts()
+    with pytest.raises(InputsNotSerializable, match=r"inputs\['bad'\]"):
+        atp.enqueue_many("tests.noop", [{"ok": 1}, {"bad": object()}])
+    assert row_counts() == before
+    assert atp.enqueue_many("tests.noop", []) == []
+
+
+def test_enqueue_many_is_atomic_with_the_callers_transaction(noop_type, row_counts):
+    before = row_counts()
+    with pytest.raises(Boom), transaction.atomic():
+        atp.enqueue_many("tests.noop", [{}, {}, {}])
+        raise Boom
+    assert row_counts() == before
+
+
+def test_a_task_built_by_the_factory_went_through_the_verbs(noop_type):
+    instance = TaskFactory(type=noop_type, status=Status.FINISHED)
+    history = list(LogRecord.objects.filter(instance=instance).values_list("status", flat=True))
+    assert history == [Status.ACCEPTED, Status.SCHEDULED, Status.RUNNING, Status.FINISHED]
+    assert drive(atp.enqueue(noop_type), Status.ACCEPTED).status == Status.ACCEPTED
+    assert engine.enqueue is atp.enqueue
+
+
+@pytest.fixture
+def listener(postgres_only):
+    import psycopg
+
+    from atp.engine.notify import QUEUE_CHANNEL
+
+    settings = connection.settings_dict
+    conn = psycopg.connect(
+        host=settings["HOST"], port=settings["PORT"] or 5432, user=settings["USER"],
+        dbname=settings["NAME"], autocommit=True,
+    )
+    conn.execute(f"LISTEN {QUEUE_CHANNEL}")
+    yield lambda: list(conn.notifies(timeout=0.5, stop_after=1))
+    conn.close()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_listening_daemons_are_notified_when_an_enqueue_commits(noop_type, listener):
+    with transaction.atomic():
+        atp.enqueue("tests.noop")
+    assert len(listener()) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_no_notification_for_a_rollback_or_a_delayed_task(noop_type, listener):
+    with pytest.raises(Boom), transaction.atomic():
+        atp.enqueue("tests.noop")
+        raise Boom
+    atp.enqueue("tests.noop", countdown=60)
+    assert listener() == []

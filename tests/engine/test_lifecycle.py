@@ -1,0 +1,119 @@
+import datetime
+
+import pytest
+
+import atp
+from atp import engine
+from atp.engine.transitions import move
+from atp.exceptions import AttemptSuperseded, InvalidTransition
+from atp.models import Instance, LogRecord, Task
+from atp.states import Status
+from tests.factories import TaskFactory, claim_exactly, snapshot
+
+pytestmark = pytest.mark.django_db
+
+
+def test_the_core_refuses_an_edge_outside_the_table(noop_type):
+    instance = TaskFactory(type=noop_type)
+    with pytest.raises(ValueError, match="not in atp.states.TRANSITIONS"):
+        move(instance.pk, Status.RUNNING, sources={Status.ACCEPTED})
+
+
+def test_a_run_moves_through_the_rfc_states_and_ends_off_the_queue(noop_type, daemon):
+    queued = atp.enqueue("tests.noop")
+    claimed = claim_exactly(queued, daemon)
+    engine.start(claimed.pk, attempt=1, daemon=daemon)
+    running = Instance.objects.get(pk=queued.pk)
+    assert running.status == Status.RUNNING and running.started is not None
+    lease = Task.objects.get(pk=queued.pk)
+    # Both come from the database clock, one statement apart.
+    skew = lease.deadline - running.started - noop_type.timeout
+    assert abs(skew) < datetime.timedelta(seconds=1)
+    engine.finish(claimed.pk, attempt=1, daemon=daemon)
+    done = Instance.objects.get(pk=queued.pk)
+    assert done.status == Status.FINISHED and done.finished >= done.started
+    assert not Task.objects.filter(pk=queued.pk).exists()
+
+
+def test_writes_from_a_superseded_attempt_are_ignored(noop_type, daemon):
+    """Fencing: once an attempt is given up, its late writes change nothing."""
+    instance = TaskFactory(type=noop_type, status=Status.RUNNING, daemon=daemon)
+    engine.restart(instance, "daemon lost", attempt=1)
+    second = claim_exactly(instance, daemon)
+    assert second.attempt == 2
+    before = snapshot(instance)
+    for late_write in (
+        lambda: engine.finish(instance, attempt=1),
+        lambda: engine.fail(instance, "late failure", attempt=1),
+        lambda: engine.start(instance, attempt=1),
+        lambda: engine.hand_back(instance, attempt=1),
+        lambda: engine.restart(instance, "late", attempt=1),
+        lambda: engine.set_progress(instance, 5, 10, attempt=1),
+        lambda: engine.set_response(instance, "late", attempt=1),
+        lambda: engine.log(instance, "late", attempt=1),
+    ):
+        with pytest.raises(AttemptSuperseded, match="attempt 1 was superseded by attempt 2"):
+            late_write()
+    assert snapshot(instance) == before
+    engine.start(instance, attempt=2)
+    engine.finish(instance, attempt=2)
+    assert Instance.objects.get(pk=instance.pk).status == Status.FINISHED
+
+
+def test_restarts_are_counted_until_the_limit_then_the_task_fails(db, daemon):
+    atp.register_task_type("tests.fragile", "tests.handlers.noop", max_restarts=2)
+    instance = atp.enqueue("tests.fragile")
+    for attempt in (1, 2):
+        claim_exactly(instance, daemon)
+        engine.start(instance, attempt=attempt)
+        engine.restart(instance, "time-out", attempt=attempt)
+        assert Instance.objects.get(pk=instance.pk).status == Status.ACCEPTED
+    claim_exactly(instance, daemon)
+    engine.restart(instance, "time-out", attempt=3)
+    failed = Instance.objects.get(pk=instance.pk)
+    assert (failed.status, failed.restarts, failed.attempt) == (Status.FAILED, 2, 3)
+    messages = list(LogRecord.objects.filter(instance=instance, status__in=[Status.ACCEPTED, Status.FAILED]).values_list("message", flat=True))
+    assert messages == [
+        "enqueued", "time-out; restart 1 of 2", "time-out; restart 2 of 2",
+        "time-out; restart limit reached (2 restarts)",
+    ]
+    assert not Task.objects.filter(pk=instance.pk).exists()
+
+
+def test_handing_back_spends_no_restart_and_keeps_the_queue_position(noop_type, daemon):
+    first = atp.enqueue("tests.noop")
+    second = atp.enqueue("tests.noop")
+    claim_exactly(first, daemon)
+    engine.hand_back(first, "shutting down", attempt=1)
+    back = Instance.objects.get(pk=first.pk)
+    assert (back.status, back.restarts, back.attempt) == (Status.ACCEPTED, 0, 1)
+    assert Task.objects.get(pk=first.pk).daemon is None
+    assert [task.pk for task in atp.dequeue(daemon, limit=2)] == [first.pk, second.pk]
+
+
+def test_a_task_paused_as_its_handler_returned_can_still_finish(noop_type):
+    instance = TaskFactory(type=noop_type, status=Status.PAUSED)
+    engine.finish(instance, attempt=instance.attempt)
+    assert Instance.objects.get(pk=instance.pk).status == Status.FINISHED
+
+
+
+
+def test_release_lets_go_of_a_task_an_operator_took_from_its_daemon(noop_type, daemon):
+    requeued = TaskFactory(type=noop_type, status=Status.RUNNING, daemon=daemon)
+    cancelled = TaskFactory(type=noop_type, status=Status.RUNNING, daemon=daemon)
+    atp.reenqueue(requeued)
+    atp.cancel(cancelled)
+    other = engine.register_daemon()
+    assert engine.release(requeued, daemon=other) is False  # not its lease
+    assert engine.release(requeued, daemon=daemon) is True
+    assert engine.release(cancelled, daemon=daemon) is True
+    assert Task.objects.get(pk=requeued.pk).daemon is None
+    assert not Task.objects.filter(pk=cancelled.pk).exists()
+    assert [t.pk for t in atp.dequeue(other, limit=5)] == [requeued.pk]
+
+
+def test_release_refuses_a_task_still_in_flight(noop_type, daemon):
+    running = TaskFactory(type=noop_type, status=Status.RUNNING, daemon=daemon)
+    with pytest.raises(InvalidTransition, match="hand it back or restart it instead"):
+        engine.release(running, daemon=daemon)

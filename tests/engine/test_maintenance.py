@@ -1,0 +1,77 @@
+import datetime
+
+import pytest
+
+import atp
+from atp.exceptions import InvalidParameter, InvalidTransition, TaskNotFound
+from atp.models import Inputs, Instance, LogRecord, Response, Task
+from atp.states import Status
+from tests.factories import TaskFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def age(instance, **delta):
+    """Pretend ``instance`` ended that long ago."""
+    Instance.objects.filter(pk=instance.pk).update(finished=instance.finished - datetime.timedelta(**delta))
+
+
+def test_purge_deletes_ended_tasks_past_their_types_retention(db):
+    short = atp.register_task_type("tests.short", "tests.handlers.noop", retention=3600)
+    forever = atp.register_task_type("tests.forever", "tests.handlers.noop")
+    old = [TaskFactory(type=short, status=status) for status in (Status.FINISHED, Status.FAILED, Status.CANCELLED)]
+    for instance in old:
+        age(instance, hours=2)
+    recent = TaskFactory(type=short, status=Status.FINISHED)
+    kept_forever = TaskFactory(type=forever, status=Status.FINISHED)
+    age(kept_forever, days=3650)
+    live = TaskFactory(type=short, status=Status.RUNNING)
+    atp.set_response(old[0], "gone with it")
+
+    assert atp.purge_finished() == 3
+    assert set(Instance.objects.values_list("pk", flat=True)) == {recent.pk, kept_forever.pk, live.pk}
+    for model in (Inputs, LogRecord, Response, Task):
+        assert not model.objects.filter(instance_id__in=[i.pk for i in old]).exists()
+
+
+def test_purge_older_than_ignores_retention_and_never_touches_live_tasks(noop_type):
+    ended = [TaskFactory(type=noop_type, status=Status.FINISHED) for _ in range(5)]
+    for instance in ended:
+        age(instance, minutes=10)
+    queued = TaskFactory(type=noop_type)
+    assert atp.purge_finished(older_than=datetime.timedelta(minutes=5), batch_size=2) == 5
+    assert list(Instance.objects.values_list("pk", flat=True)) == [queued.pk]
+
+
+def test_purge_can_be_limited_to_one_type(noop_type):
+    other = atp.register_task_type("tests.other", "tests.handlers.noop")
+    mine = TaskFactory(type=noop_type, status=Status.FINISHED)
+    theirs = TaskFactory(type=other, status=Status.FINISHED)
+    assert atp.purge_finished(older_than=0, type="tests.other") == 1
+    assert list(Instance.objects.values_list("pk", flat=True)) == [mine.pk]
+    assert theirs.pk not in Instance.objects.values_list("pk", flat=True)
+
+
+def test_purge_refuses_a_bad_age():
+    with pytest.raises(InvalidParameter, match="older_than"):
+        atp.purge_finished(older_than=-1)
+
+
+@pytest.mark.parametrize("status", [Status.ACCEPTED, Status.FINISHED, Status.FAILED, Status.CANCELLED])
+def test_delete_task_removes_a_queued_or_ended_task_with_all_it_holds(noop_type, status, row_counts):
+    before = row_counts()
+    instance = TaskFactory(type=noop_type, status=status)
+    atp.set_response(instance, "x")
+    atp.delete_task(instance)
+    assert row_counts() == before
+
+
+@pytest.mark.parametrize("status", [Status.SCHEDULED, Status.RUNNING, Status.PAUSED])
+def test_delete_task_refuses_a_task_in_flight(noop_type, status, row_counts):
+    instance = TaskFactory(type=noop_type, status=status)
+    before = row_counts()
+    with pytest.raises(InvalidTransition, match=f"is {status}: cancel it before deleting it"):
+        atp.delete_task(instance)
+    assert row_counts() == before
+    with pytest.raises(TaskNotFound):
+        atp.delete_task(999999)

@@ -1,0 +1,92 @@
+import datetime
+
+import pytest
+
+import atp
+from atp.exceptions import InvalidHandler, InvalidParameter, TaskTypeInUse, TaskTypeNotFound
+from atp.models import Type
+from tests import handlers
+from tests.factories import TaskFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def test_a_type_is_registered_with_a_function_or_its_dotted_path():
+    by_function = atp.register_task_type("tests.a", handlers.echo, timeout=30)
+    by_path = atp.register_task_type("tests.b", "tests.handlers.echo")
+    assert by_function.handler == by_path.handler == "tests.handlers.echo"
+    assert by_function.timeout == datetime.timedelta(seconds=30)
+    assert (by_path.timeout, by_path.max_restarts, by_path.retention) == (datetime.timedelta(hours=1), 3, None)
+
+
+def test_registering_again_updates_only_the_parameters_given():
+    atp.register_task_type("tests.a", handlers.echo, timeout=30, max_restarts=5)
+    updated = atp.register_task_type("tests.a", handlers.noop, retention=datetime.timedelta(days=7))
+    assert Type.objects.filter(identifier="tests.a").count() == 1
+    assert updated.handler == "tests.handlers.noop"
+    assert (updated.timeout.total_seconds(), updated.max_restarts) == (30, 5)
+    assert updated.retention == datetime.timedelta(days=7)
+
+
+@pytest.mark.parametrize(
+    "handler, message",
+    [
+        ("os.system", "not in an installed app"),
+        (print, "module-level function"),
+        (lambda task, inputs: None, "module-level function"),
+        ("tests.handlers.getpid", "not a function defined in tests.handlers"),
+    ],
+)
+def test_a_handler_that_may_not_run_is_refused_and_nothing_is_written(handler, message):
+    with pytest.raises(InvalidHandler, match=message):
+        atp.register_task_type("tests.evil", handler)
+    assert not Type.objects.filter(identifier="tests.evil").exists()
+
+
+def test_unknown_or_bad_parameters_are_refused():
+    with pytest.raises(InvalidParameter, match="unknown task type parameter"):
+        atp.register_task_type("tests.a", handlers.echo, retries=3)
+    with pytest.raises(InvalidParameter, match="max_restarts"):
+        atp.register_task_type("tests.a", handlers.echo, max_restarts="3")
+    assert not Type.objects.filter(identifier="tests.a").exists()
+
+
+def test_a_type_with_tasks_cannot_be_unregistered(noop_type):
+    TaskFactory(type=noop_type, status="FINISHED")
+    with pytest.raises(TaskTypeInUse, match="'tests.noop' still has 1 task"):
+        atp.unregister_task_type("tests.noop")
+    assert Type.objects.filter(identifier="tests.noop").exists()
+
+
+def test_an_unused_type_is_unregistered(noop_type):
+    atp.unregister_task_type("tests.noop")
+    assert not Type.objects.filter(identifier="tests.noop").exists()
+    with pytest.raises(TaskTypeNotFound):
+        atp.unregister_task_type("tests.noop")
+
+
+def test_declared_types_are_in_the_database_after_migrate():
+    declared = Type.objects.get(identifier="tests.declared")
+    assert (declared.handler, declared.max_restarts) == ("tests.handlers.declared", 1)
+    assert declared.timeout == datetime.timedelta(seconds=5)
+
+
+def test_pausing_a_type_is_recorded(noop_type):
+    assert atp.pause_type("tests.noop").is_paused
+    assert not atp.resume_type(noop_type).is_paused
+    with pytest.raises(TaskTypeNotFound):
+        atp.pause_type("tests.nope")
+
+
+def test_updating_a_type_changes_only_what_is_named(noop_type):
+    from atp import engine
+
+    engine.pause_type(noop_type)  # by someone else, after the caller read the type
+    updated = engine.update_task_type("tests.noop", timeout=90, max_concurrency=None)
+    assert updated.timeout == datetime.timedelta(seconds=90)
+    assert updated.is_paused and updated.handler == "tests.handlers.noop"
+    with pytest.raises(InvalidParameter, match="max_restarts must be an integer"):
+        engine.update_task_type("tests.noop", timeout=5, max_restarts=-1)
+    assert Type.objects.get(pk=noop_type.pk).timeout == datetime.timedelta(seconds=90)
+    with pytest.raises(TaskTypeNotFound):
+        engine.update_task_type("tests.nothing", timeout=5)

@@ -1,0 +1,139 @@
+"""Handlers the tests register as task types (module-level, as handlers must be).
+
+Besides well-behaved ones, the poison handlers a daemon must survive: each of them
+breaks its worker a different way.
+"""
+
+import ctypes
+import fcntl
+import os
+import signal
+import sys
+import time
+from os import getpid  # a re-exported function: must never resolve as a handler
+from pathlib import Path
+
+import atp
+
+
+def noop(task, inputs):
+    return None
+
+
+def echo(task, inputs):
+    return inputs
+
+
+def report_pid(task, inputs):
+    return {"pid": getpid()}
+
+
+@atp.task_type("tests.declared", timeout=5, max_restarts=1, description="declared in code")
+def declared(task, inputs):
+    return "declared"
+
+
+def sleep(task, inputs):
+    seconds = float(inputs.get("seconds", 1))
+    steps = max(1, int(seconds / 0.05))
+    for step in range(steps):
+        if inputs.get("progress"):
+            task.set_progress(step, steps)
+        time.sleep(seconds / steps)
+    return {"slept": seconds, "pid": getpid()}
+
+
+def exclusive_sleep(task, inputs):
+    """Sleep while holding an exclusive lock named after the task (or ``inputs["lock"]``):
+    a second holder running at the same time cannot take it, and leaves a mark saying
+    so. The kernel drops the lock when the process dies, however it dies."""
+    directory = Path(inputs["directory"])
+    name = inputs.get("lock", task.id)
+    lock = open(directory / f"{name}.lock", "w")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        (directory / f"{task.id}-{task.attempt}.overlap").write_text(str(name))
+        raise RuntimeError(f"another holder of lock {name} is running") from None
+    with open(directory / "attempts.log", "a") as log:
+        log.write(f"{task.id} {task.attempt}\n")
+    time.sleep(float(inputs.get("seconds", 0.1)))
+    return {"pid": getpid()}
+
+
+def fail(task, inputs):
+    raise ValueError(inputs.get("message", "poison: the handler raised"))
+
+
+def exit_3(task, inputs):
+    sys.exit(3)
+
+
+def hard_exit_0(task, inputs):
+    os._exit(0)
+
+
+def abort(task, inputs):
+    os.abort()
+
+
+def segfault(task, inputs):
+    ctypes.string_at(0)
+
+
+def killed(task, inputs):
+    """Die as the kernel's out-of-memory killer would end it."""
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def spin(task, inputs):
+    while True:
+        pass
+
+
+def ignore_sigterm(task, inputs):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    while True:
+        time.sleep(0.05)
+
+
+def hog_memory(task, inputs):
+    """Keep ``megabytes`` of memory in the worker after the task ends."""
+    hog_memory.kept = bytearray(int(inputs["megabytes"]) * 2**20)
+    return {"pid": getpid()}
+
+
+def log_and_respond(task, inputs):
+    task.log(f"working on {task.identifier}")
+    task.set_progress(1, 2, "halfway")
+    task.set_response(b"\x00partial", "application/octet-stream")
+    if inputs.get("return") is not None:
+        return inputs["return"]
+    return None
+
+
+def return_unstorable(task, inputs):
+    return object()
+
+
+def busy_progress(task, inputs):
+    """Report progress as fast as it can: nearly always inside a database write."""
+    deadline = time.monotonic() + float(inputs["seconds"])
+    done = 0
+    while time.monotonic() < deadline:
+        done += 1
+        task.set_progress(done)
+    return {"writes": done}
+
+
+def spawn_stubborn_child(task, inputs):
+    """Start a process that ignores SIGTERM, note its pid, then run forever."""
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", (
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
+    )])
+    Path(inputs["pid_file"]).write_text(str(child.pid))
+    while True:
+        time.sleep(0.05)

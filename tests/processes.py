@@ -1,0 +1,100 @@
+"""Starting real OS processes that share the test database."""
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from django.db import connection
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+def environment(**extra):
+    """Return an environment in which a process connects to this test's database."""
+    return {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "ATP_TEST_DB_NAME": str(connection.settings_dict["NAME"]),
+        **extra,
+    }
+
+
+def start_module(module, *args, **popen_options):
+    """Start ``python -m module args...`` in the project root; return the ``Popen``."""
+    return subprocess.Popen(
+        [sys.executable, "-m", module, *map(str, args)],
+        cwd=PROJECT_ROOT, env=environment(), text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, **popen_options,
+    )
+
+
+def wait_for_files(paths, timeout):
+    """Wait until every path exists; raise ``TimeoutError`` after ``timeout`` seconds."""
+    give_up = time.monotonic() + timeout
+    while not all(Path(path).exists() for path in paths):
+        if time.monotonic() > give_up:
+            raise TimeoutError(f"still missing: {[p for p in paths if not Path(p).exists()]}")
+        time.sleep(0.01)
+
+
+#: Timers of daemons started by tests: a dead daemon is noticed within about 2 s.
+FAST_TIMERS = {
+    "ATP_HEARTBEAT_INTERVAL_SECONDS": 0.2,
+    "ATP_DAEMON_TIMEOUT_SECONDS": 2.0,
+    "ATP_WORKER_KILL_GRACE_SECONDS": 0.5,
+}
+
+
+class Daemon:
+    """An ``atpd`` started as a real process, its output kept in a file."""
+
+    def __init__(self, directory, *args, **settings):
+        self.log_path = Path(directory) / f"atpd-{time.monotonic_ns()}.log"
+        self.log = open(self.log_path, "w")
+        settings = {**FAST_TIMERS, **settings}
+        env = environment(**{name: str(value) for name, value in settings.items()})
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "django", "atpd", "--log-level", "DEBUG", *map(str, args)],
+            cwd=PROJECT_ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT,
+        )
+
+    @property
+    def pid(self):
+        return self.process.pid
+
+    def output(self):
+        self.log.flush()
+        return self.log_path.read_text()
+
+    def signal(self, signum):
+        self.process.send_signal(signum)
+
+    def wait(self, timeout):
+        """Wait for the daemon to exit; return its exit code."""
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            raise AssertionError(f"atpd did not exit in {timeout} s:\n{self.output()[-5000:]}") from None
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        self.log.close()
+
+
+def wait_until(predicate, timeout, interval=0.05, message="condition", output=None):
+    """Poll ``predicate`` until it is true; raise ``AssertionError`` after ``timeout`` seconds.
+
+    ``output``, a function returning a process's log, adds its end to the error.
+    """
+    give_up = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > give_up:
+            said = f"; it said:\n{output()[-4000:]}" if output else ""
+            raise AssertionError(f"{message} not reached in {timeout} s{said}")
+        time.sleep(interval)

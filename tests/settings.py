@@ -1,0 +1,81 @@
+"""Settings for the test suite: SQLite by default, PostgreSQL with ATP_TEST_DATABASE_URL.
+
+Tests that start other processes hand them ATP_TEST_DB_NAME, the name of the test
+database, so that they connect to the same database as the test.
+"""
+
+import os
+import tempfile
+
+import dj_database_url
+
+SECRET_KEY = "django-atp-tests"
+USE_TZ = True
+TIME_ZONE = "UTC"
+DEBUG = False
+ALLOWED_HOSTS = ["127.0.0.1", "localhost", "testserver"]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_admin_listfilter_dropdown",
+    "atp",
+    "atp_demo",
+]
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+ROOT_URLCONF = "tests.urls"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+STATIC_URL = "static/"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+ATP_HANDLER_MODULES = ["tests.handlers"]
+
+DATABASE_URL = os.environ.get("ATP_TEST_DATABASE_URL")
+if DATABASE_URL:
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
+else:
+    # A file, not memory: tests start other processes that share the database.
+    _sqlite_path = os.path.join(tempfile.gettempdir(), f"atp-tests-{os.getpid()}.sqlite3")
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": _sqlite_path,
+            "OPTIONS": {"timeout": 20},
+            "TEST": {"NAME": _sqlite_path},
+        }
+    }
+if os.environ.get("ATP_TEST_DB_NAME"):
+    DATABASES["default"]["NAME"] = os.environ["ATP_TEST_DB_NAME"]
+
+# Daemons started by tests run on short timers, which the tests set in their environment.
+for _name in (
+    "ATP_HEARTBEAT_INTERVAL_SECONDS", "ATP_DAEMON_TIMEOUT_SECONDS",
+    "ATP_WORKER_KILL_GRACE_SECONDS", "ATP_POLL_INTERVAL_SECONDS",
+    "ATP_SHUTDOWN_TIMEOUT_SECONDS", "ATP_PROGRESS_INTERVAL_SECONDS",
+):
+    if _name in os.environ:
+        globals()[_name] = float(os.environ[_name])
+LOGIN_URL = "admin:login"

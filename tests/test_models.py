@@ -1,0 +1,101 @@
+import datetime
+
+import pytest
+from django.db import connection
+from django.db.models import Count
+
+import atp
+from atp.engine.claim import runnable_tasks
+from atp.models import Inputs, Instance, Response
+from atp.states import LIVE, Status
+from tests.factories import TaskFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def test_progress_fraction_is_clamped_and_unknown_without_a_total():
+    assert Instance(progress_done=5, progress_total=10).progress_fraction == 0.5
+    assert Instance(progress_done=12, progress_total=10).progress_fraction == 1.0
+    assert Instance(progress_done=5).progress_fraction is None
+    assert Instance(progress_done=5, progress_total=0).progress_fraction is None
+
+
+def test_duration_runs_from_start_to_end(noop_type):
+    instance = TaskFactory(type=noop_type, status=Status.FINISHED)
+    assert instance.duration == instance.finished - instance.started
+    assert instance.is_terminal and not instance.is_live and not instance.is_in_flight
+    assert TaskFactory(type=noop_type).duration is None
+
+
+def test_a_pickled_input_tells_its_size_without_being_unpickled(db):
+    atp.register_task_type("tests.pickled", "tests.handlers.echo", input_format="pickle")
+    instance = atp.enqueue("tests.pickled", b"x" * 1000)
+    assert 1000 < Inputs.objects.get(pk=instance.pk).size < 1100
+
+
+def test_models_read_well_in_lists(noop_type, daemon):
+    instance = atp.enqueue("tests.noop", identifier="job-7")
+    assert str(instance) == f"#{instance.pk} job-7"
+    assert str(noop_type) == "tests.noop"
+    assert str(Response(instance=instance)) == f"response of task #{instance.pk}"
+
+
+@pytest.fixture
+def million_ended_tasks(postgres_only, noop_type):
+    """1,000,000 finished tasks and 10,000 waiting ones, with fresh planner statistics."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            INSERT INTO atp_instance (type_id, identifier, status, priority, attempt, restarts,
+                                      progress_message, created, updated, started, finished)
+            SELECT %s, 'ended-' || n, 'FINISHED', 0, 1, 0, '', now(), now(), now(), now()
+            FROM generate_series(1, 1000000) AS n
+            """,
+            [noop_type.pk],
+        )
+    atp.enqueue_many("tests.noop", [{}] * 10_000)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE atp_instance")
+        cursor.execute("ANALYZE atp_task")
+    return noop_type
+
+
+@pytest.mark.slow
+def test_queue_queries_stay_index_scans_with_a_million_ended_tasks(million_ended_tasks):
+    claim = runnable_tasks([million_ended_tasks.pk]).values_list("instance_id", flat=True)[:50]
+    plan = claim.explain()
+    assert "Index Scan using atp_task_claim_idx" in plan, plan
+    assert "Seq Scan" not in plan, plan
+
+    live_counts = (
+        Instance.objects.filter(status__in=LIVE).values("type", "status")
+        .annotate(count=Count("pk")).order_by()
+    )
+    plan = live_counts.explain()
+    assert "atp_instance_live_idx" in plan, plan
+    assert "Seq Scan" not in plan, plan
+    assert list(live_counts) == [{"type": million_ended_tasks.pk, "status": Status.ACCEPTED, "count": 10_000}]
+
+    # What an operator looks into first: a type's failed tasks, newest first.
+    failed = Instance.objects.filter(type=million_ended_tasks, status=Status.FAILED)
+    plan = failed.order_by("-id")[:50].explain()
+    assert "atp_instance_failed_idx" in plan, plan
+    assert "Seq Scan" not in plan, plan
+
+
+def test_sqlite_claims_through_the_claim_index_too(noop_type):
+    if connection.vendor != "sqlite":
+        pytest.skip("SQLite planner")
+    atp.enqueue_many("tests.noop", [{}] * 200)
+    sql, params = runnable_tasks([noop_type.pk]).values_list("instance_id")[:50].query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
+        cursor.execute(f"EXPLAIN QUERY PLAN {sql}", params)
+        plan = " ".join(str(row[-1]) for row in cursor.fetchall())
+    assert "USING INDEX atp_task_claim_idx" in plan, plan
+
+
+def test_finished_tasks_keep_their_timestamps_in_order(noop_type):
+    instance = TaskFactory(type=noop_type, status=Status.FINISHED)
+    assert instance.created <= instance.started <= instance.finished
+    assert instance.finished - instance.created < datetime.timedelta(minutes=1)

@@ -1,0 +1,178 @@
+"""Riding out a database that goes away: recognising it, reconnecting, retrying.
+
+A daemon outlives database restarts and killed connections. Connection errors are
+told apart from other database errors; the broken connections are closed, so that
+the next query opens a new one, and the work is tried again with back-off.
+"""
+
+import logging
+import os
+import time
+
+from django.db import InterfaceError, OperationalError, connections
+from django.db.backends.signals import connection_created
+
+from atp.daemon.suspension import writing
+from atp.exceptions import InvalidTransition, TaskNotFound
+
+logger = logging.getLogger(__name__)
+
+#: Errors that mean "the database is unreachable right now", not "this query is wrong".
+CONNECTION_ERRORS = (OperationalError, InterfaceError)
+#: Errors that mean the task was decided elsewhere (changed, deleted) meanwhile.
+TASK_MOVED_ON = (InvalidTransition, TaskNotFound)
+FIRST_BACKOFF_SECONDS = 0.2
+MAX_BACKOFF_SECONDS = 5.0
+
+
+#: The supervisor's own database calls wait at most this long: its loop also watches
+#: workers and signals, and a lock or a dead network must not freeze it.
+SUPERVISOR_WAIT_SECONDS = 1.0
+SUPERVISOR_STATEMENT_TIMEOUT_SECONDS = 30
+POSTGRES_CONNECTION_DEFAULTS = {
+    "connect_timeout": 10, "keepalives": 1, "keepalives_idle": 10,
+    "keepalives_interval": 5, "keepalives_count": 3,
+}
+
+
+def harden_connections(alias):
+    """Make this process's database calls fail fast rather than hang (the supervisor's).
+
+    PostgreSQL connections get a connect timeout and TCP keepalives (unless the
+    project sets them) and a statement timeout; SQLite connections a short busy
+    timeout. Forked workers inherit the connection options but not the per-session
+    limits, which apply to this process only.
+    """
+    settings_dict = connections[alias].settings_dict
+    if connections[alias].vendor == "postgresql":
+        options = settings_dict.setdefault("OPTIONS", {})
+        for name, value in POSTGRES_CONNECTION_DEFAULTS.items():
+            options.setdefault(name, value)
+    owner = os.getpid()
+
+    def limit_waits(sender, connection, **kwargs):
+        if os.getpid() != owner or connection.alias != alias:
+            return
+        with connection.cursor() as cursor:
+            if connection.vendor == "sqlite":
+                cursor.execute(f"PRAGMA busy_timeout = {int(SUPERVISOR_WAIT_SECONDS * 1000)}")
+            elif connection.vendor == "postgresql":
+                cursor.execute(f"SET statement_timeout = '{SUPERVISOR_STATEMENT_TIMEOUT_SECONDS}s'")
+
+    connection_created.connect(limit_waits, weak=False, dispatch_uid=f"atp.supervisor.{alias}")
+
+
+def close_connections():
+    """Close this process's database connections, whatever state they are in."""
+    for connection in connections.all(initialized_only=True):
+        try:
+            connection.close()
+        except Exception:
+            logger.debug("closing %s failed", connection.alias, exc_info=True)
+
+
+def discard_broken_connections():
+    """Close connections that failed since they were last used, so the next query reconnects."""
+    for connection in connections.all(initialized_only=True):
+        if connection.connection is not None and connection.errors_occurred:
+            if not connection.is_usable():
+                close_connections()
+                return
+            connection.errors_occurred = False
+
+
+class Backoff:
+    """Delays that double from ``FIRST_BACKOFF_SECONDS`` up to ``MAX_BACKOFF_SECONDS``."""
+
+    def __init__(self):
+        self.delay = FIRST_BACKOFF_SECONDS
+
+    def next(self):
+        delay, self.delay = self.delay, min(self.delay * 2, MAX_BACKOFF_SECONDS)
+        return delay
+
+
+def retry_while_unreachable(call, description):
+    """Return ``call()``, retrying with back-off as long as the database is unreachable.
+
+    Used by workers for writes that must not be lost; the worker's lease watchdog
+    ends the process if the database stays away too long. A pause waits until the
+    write is over (see ``suspension``).
+    """
+    backoff = Backoff()
+    while True:
+        try:
+            with writing():
+                return call()
+        except CONNECTION_ERRORS as exc:
+            delay = backoff.next()
+            logger.warning("%s: database unreachable (%s); retrying in %.1f s",
+                           description, exc, delay)
+        close_connections()
+        time.sleep(delay)
+
+
+class Outage:
+    """The supervisor's view of the database: reachable, or away since when."""
+
+    def __init__(self):
+        self.since = None
+        self.retry_at = 0.0
+        self.backoff = Backoff()
+
+    @property
+    def is_on(self):
+        return self.since is not None
+
+    def is_waiting(self, now):
+        """Return whether the next try is not due yet."""
+        return self.is_on and now < self.retry_at
+
+    def begin(self, exc):
+        """Record a failed round: log the first one, close connections, schedule a retry."""
+        now = time.monotonic()
+        if self.since is None:
+            self.since = now
+            self.backoff = Backoff()
+            logger.error("database unavailable (%s): running tasks go on, retrying", exc)
+        close_connections()
+        self.retry_at = now + self.backoff.next()
+
+    def end(self):
+        """Record a successful round; return whether it ended an outage."""
+        if self.since is None:
+            return False
+        logger.warning("database available again after %.1f s", time.monotonic() - self.since)
+        self.since = None
+        return True
+
+
+class PendingWrites:
+    """Writes waiting for the database, done in order and kept through an outage."""
+
+    def __init__(self):
+        self._writes = []
+
+    def __len__(self):
+        return len(self._writes)
+
+    def add(self, description, write):
+        self._writes.append((description, write))
+
+    def flush(self):
+        """Do the waiting writes; raise a connection error, keeping the rest for later.
+
+        A write refused because its task moved on is skipped; one failing otherwise is
+        logged and given up, so that one bad write cannot block the others forever.
+        """
+        while self._writes:
+            description, write = self._writes[0]
+            try:
+                write()
+            except CONNECTION_ERRORS:
+                raise
+            except TASK_MOVED_ON as exc:
+                logger.info("%s skipped: %s", description, exc)
+            except Exception:
+                logger.exception("%s failed and is given up", description)
+            self._writes.pop(0)

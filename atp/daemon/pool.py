@@ -1,0 +1,253 @@
+"""The supervisor's pool of long-lived worker processes.
+
+The supervisor forks and watches its workers itself: a worker that dies is noticed
+through its sentinel and replaced, and only the task it was running is affected
+(``multiprocessing.Pool`` hangs when a worker is killed, and
+``ProcessPoolExecutor`` fails every pending task when one child dies).
+
+Each worker leads a process group of its own, which the processes its handler starts
+join: signals go to the whole group, so stopping a task stops what it started, and a
+worker's death takes any survivors of its group with it.
+"""
+
+import enum
+import logging
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+
+import psutil
+
+from atp import engine
+from atp.daemon.worker import EXIT_REASONS, worker_main
+
+logger = logging.getLogger(__name__)
+
+STOP_JOIN_SECONDS = 5.0
+
+
+class Ending(enum.Enum):
+    """Why the supervisor stops a worker's task, which decides what it writes afterwards."""
+
+    TIME_OUT = "time-out"  # restart the task, spending a restart
+    LEASE_LOST = "lease lost"  # restart the task, spending a restart
+    SHUTDOWN = "shutdown"  # hand the task back, no restart spent
+    TAKEN = "taken"  # an operator took the task: let go of it
+    SUPERSEDED = "superseded"  # another attempt owns the task: nothing to write
+    GONE = "gone"  # the task was deleted: nothing to write
+    ENDED = "ended"  # the task ended without its worker saying so: nothing to write
+
+
+@dataclass
+class Assignment:
+    """A task a worker was given, by which daemon, and once stopped, why."""
+
+    pk: int
+    attempt: int
+    type: str
+    handler: str
+    timeout_seconds: float
+    daemon: object
+    ending: Ending = None
+    reason: str = ""
+    kill_at: float = None
+    is_killed: bool = False
+    ended_seen_at: float = None
+    since: float = field(default_factory=time.monotonic)
+
+
+def write_after(assignment, cause):
+    """Return ``(description, write)`` to apply once the worker of ``assignment`` is dead.
+
+    Return None when there is nothing to write: the task went on elsewhere. ``cause``
+    says how the worker ended, for a worker that died on its own.
+    """
+    pk, attempt, daemon = assignment.pk, assignment.attempt, assignment.daemon
+    ending, reason = assignment.ending, assignment.reason
+    if ending in (Ending.SUPERSEDED, Ending.GONE, Ending.ENDED):
+        return None
+    if ending == Ending.SHUTDOWN:
+        return f"hand back task id={pk}", lambda: engine.hand_back(
+            pk, reason, attempt=attempt, daemon=daemon)
+    if ending == Ending.TAKEN:
+        return f"let go of task id={pk}", lambda: engine.release(pk, daemon=daemon)
+    if ending is None:
+        reason = f"worker died: {cause}"
+    return f"restart task id={pk}", lambda: engine.restart(
+        pk, reason, attempt=attempt, daemon=daemon)
+
+
+def exit_cause(exitcode):
+    """Return how a worker process ended, for the task's history."""
+    if exitcode is None:
+        return "still running"
+    if exitcode < 0:
+        try:
+            return f"signal {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"signal {-exitcode}"
+    if exitcode in EXIT_REASONS:
+        return EXIT_REASONS[exitcode]
+    return f"exit code {exitcode}"
+
+
+class Worker:
+    """One worker process, its channel, and the task it runs."""
+
+    def __init__(self, process, channel):
+        self.process = process
+        self.channel = channel
+        self.assignment = None
+        self.tasks_done = 0
+        self.is_retiring = False
+        self.is_suspended = False
+
+    def __repr__(self):
+        return f"<Worker pid={self.pid}>"
+
+    @property
+    def pid(self):
+        return self.process.pid
+
+    @property
+    def is_idle(self):
+        return self.assignment is None and not self.is_retiring
+
+    def assign(self, assignment):
+        self.assignment = assignment
+        self.channel.send((
+            "run", assignment.pk, assignment.attempt, assignment.handler, str(assignment.daemon)
+        ))
+
+    def retire(self):
+        """Ask the worker to exit once it is idle (recycling)."""
+        self.is_retiring = True
+        try:
+            self.channel.send(("stop",))
+        except OSError:
+            pass  # already gone: its sentinel tells the rest
+
+    def memory_mb(self):
+        try:
+            return psutil.Process(self.pid).memory_info().rss / 2**20
+        except psutil.Error:
+            return 0.0
+
+    def is_stopped(self):
+        """Return whether the worker process is stopped (paused) right now."""
+        try:
+            return psutil.Process(self.pid).status() == psutil.STATUS_STOPPED
+        except psutil.Error:
+            return False
+
+    def signal_group(self, signum):
+        """Send ``signum`` to the worker's process group: the worker and what it started."""
+        try:
+            os.killpg(self.pid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass  # the group is empty: nothing left to signal
+        if signum == signal.SIGTERM and self.is_suspended:
+            self.resume()  # a stopped process acts on SIGTERM only once continued
+
+    def suspend(self):
+        """Pause the worker (it stops itself outside database writes) and what it started."""
+        try:
+            group = [p for p in psutil.Process(self.pid).children(recursive=True)
+                     if os.getpgid(p.pid) == self.pid]
+        except (psutil.Error, ProcessLookupError):
+            group = []
+        for child in group:
+            try:
+                child.suspend()
+            except psutil.Error:
+                pass
+        try:
+            os.kill(self.pid, signal.SIGTSTP)
+        except ProcessLookupError:
+            pass
+        self.is_suspended = True
+
+    def resume(self):
+        try:
+            os.killpg(self.pid, signal.SIGCONT)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.is_suspended = False
+
+
+class WorkerPool:
+    """Forks workers, reads what they report, and notices when they die."""
+
+    def __init__(self, context, lease, before_fork, private_fds=lambda: ()):
+        self.context = context
+        self.lease = lease
+        self.before_fork = before_fork
+        self.private_fds = private_fds
+        self.workers = []
+
+    def spawn(self, count):
+        """Start ``count`` new workers (closing the supervisor's connections first)."""
+        if count <= 0:
+            return
+        self.before_fork()
+        for _ in range(count):
+            parent_end, child_end = self.context.Pipe(duplex=True)
+            # The child closes what it inherits but must not use: the other workers'
+            # channels and the supervisor's own descriptors.
+            inherited = [w.channel.fileno() for w in self.workers]
+            inherited += [parent_end.fileno(), *self.private_fds()]
+            process = self.context.Process(
+                target=worker_main, name="atpd-worker", daemon=False,
+                args=(child_end, self.lease.deadline, os.getpid(), inherited),
+            )
+            process.start()
+            try:
+                os.setpgid(process.pid, process.pid)  # the child does it too; whoever is first
+            except (PermissionError, ProcessLookupError):
+                pass
+            child_end.close()
+            self.workers.append(Worker(process, parent_end))
+            logger.debug("worker pid=%s started", process.pid)
+
+    def waitables(self):
+        """Return what ``multiprocessing.connection.wait`` should watch."""
+        return [w.channel for w in self.workers] + [w.process.sentinel for w in self.workers]
+
+    def idle(self):
+        return [worker for worker in self.workers if worker.is_idle]
+
+    def busy(self):
+        return [worker for worker in self.workers if worker.assignment is not None]
+
+    def messages(self):
+        """Yield ``(worker, message)`` for every message waiting from a worker."""
+        for worker in list(self.workers):
+            try:
+                while worker.channel.poll():
+                    yield worker, worker.channel.recv()
+            except (EOFError, OSError):
+                continue  # the worker died; collect_dead reports it
+
+    def collect_dead(self):
+        """Remove the workers that exited, killing what is left of their groups; return them."""
+        dead = [worker for worker in self.workers if not worker.process.is_alive()]
+        for worker in dead:
+            worker.process.join()
+            worker.channel.close()
+            worker.signal_group(signal.SIGKILL)
+            self.workers.remove(worker)
+        return dead
+
+    def stop_all(self, timeout=STOP_JOIN_SECONDS):
+        """Ask idle workers to exit, wait up to ``timeout``, then kill what is left."""
+        for worker in self.workers:
+            if worker.assignment is None:
+                worker.retire()
+        deadline = time.monotonic() + timeout
+        for worker in self.workers:
+            worker.process.join(max(0.0, deadline - time.monotonic()))
+        for worker in self.workers:
+            if worker.process.is_alive():
+                worker.signal_group(signal.SIGKILL)
+                worker.process.join()

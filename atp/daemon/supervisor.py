@@ -1,0 +1,380 @@
+"""The supervisor: atpd's main loop.
+
+One thread, one loop. Each round it waits for something to happen (a worker reports
+or dies, a notification or a signal arrives, a timer is due), then does its database
+work: pending restarts, the heartbeat, the check against its leases, maintenance, and
+a claim for the idle workers. A database that goes away puts the loop in outage mode:
+running tasks go on, database work is retried with back-off.
+"""
+
+import logging
+import multiprocessing
+import signal
+import time
+from multiprocessing.connection import wait
+
+from atp import engine
+from atp.conf import conf
+from atp.daemon import control, maintenance
+from atp.daemon.events import Every, SignalInbox
+from atp.daemon.lease import Lease, clock
+from atp.daemon.outage import (
+    CONNECTION_ERRORS,
+    SUPERVISOR_WAIT_SECONDS,
+    Backoff,
+    Outage,
+    PendingWrites,
+    close_connections,
+    harden_connections,
+)
+from atp.daemon.pool import Assignment, Ending, WorkerPool, exit_cause, write_after
+from atp.daemon.wakeup import Listener
+from atp.db import retry_budget
+from atp.engine.base import database
+from atp.engine.claim import ClaimConflict, claimable_types
+from atp.engine.types import sync_declared_types
+from atp.exceptions import TaskTypeNotFound
+
+logger = logging.getLogger(__name__)
+
+CONTROL_INTERVAL_SECONDS = 0.5
+MAX_WAIT_SECONDS = 1.0
+#: Endings after which the task's state was already decided elsewhere.
+
+
+class Supervisor:
+    """Runs one atpd: a pool of workers fed from the queue until it is told to stop."""
+
+    def __init__(self, config):
+        self.config = config
+        context = multiprocessing.get_context("fork")
+        self.lease = Lease(context)
+        self.listener = Listener(database())
+        self.inbox = None
+        self.pool = WorkerPool(
+            context, self.lease, before_fork=self._before_fork, private_fds=self._private_fds
+        )
+        self.daemon = None
+        self.pending = PendingWrites()
+        self.stop_requests = 0
+        self.drain_deadline = None
+        self.outage = Outage()
+        self.should_claim = True
+        self.claim_error = None
+        self.heartbeats = Every(conf.HEARTBEAT_INTERVAL_SECONDS)
+        self.controls = Every(CONTROL_INTERVAL_SECONDS)
+        self.polls = Every(config.poll_interval)
+        self.maintenance = Every(conf.HEARTBEAT_INTERVAL_SECONDS)
+
+    # -- the loop ------------------------------------------------------------------
+
+    def run(self):
+        """Run until stopped and every task is finished or handed back; return the exit code."""
+        self._start()
+        exit_code = 0
+        with SignalInbox() as inbox:
+            self.inbox = inbox
+            try:
+                while not self._is_finished():
+                    self._wait(inbox)
+                    for signum in inbox.take():
+                        self._on_signal(signum)
+                    self._collect_workers()
+                    self._database_round()
+                    self._enforce_deadlines()
+            except Exception:
+                logger.exception("atpd %s stopping after an unexpected error", self.daemon)
+                exit_code = 1
+        self._finish()
+        return exit_code
+
+    def _start(self):
+        harden_connections(database())
+        backoff = Backoff()
+        while True:
+            try:
+                sync_declared_types()
+                claimable_types(self.config.types)  # unknown --types fail here, clearly
+                sent = clock()
+                self.daemon = engine.register_daemon(
+                    workers=self.config.workers, types=self.config.types or ()
+                )
+                self.lease.renew(sent)
+                maintenance.reap_gone_daemons_on_this_host(self.daemon)
+                break
+            except CONNECTION_ERRORS as exc:
+                delay = backoff.next()
+                logger.warning("database unreachable at start (%s); retrying in %.1f s", exc, delay)
+                close_connections()
+                time.sleep(delay)
+        self.pool.spawn(self.config.workers)
+        logger.info(
+            "atpd %s started: %s workers, types %s%s", self.daemon, self.config.workers,
+            ",".join(self.config.types) if self.config.types else "all",
+            ", burst" if self.config.burst else "",
+        )
+
+    def _is_finished(self):
+        if self.drain_deadline is None or self.pool.workers:
+            return False
+        if not self.pending or self.stop_requests > 1:
+            return True
+        # Writes the database will not take: leave them to the reapers.
+        return time.monotonic() > self.drain_deadline + conf.DAEMON_TIMEOUT_SECONDS
+
+    def _wait(self, inbox):
+        now = time.monotonic()
+        ready = [inbox, *self.pool.waitables()]
+        if self.listener.connection is not None:
+            ready.append(self.listener)
+        timeout = 0.0 if self._may_claim(now) else self._seconds_to_next_duty(now)
+        if self.listener in wait(ready, timeout) and self.listener.drain():
+            self.should_claim = True
+
+    def _seconds_to_next_duty(self, now):
+        due = [now + MAX_WAIT_SECONDS]
+        if self.outage.is_on:
+            due.append(self.outage.retry_at)  # no database work before then
+        elif self.lease.is_expired():
+            due.append(self.heartbeats.next)  # nothing but the heartbeat until it is back
+        else:
+            due += [self.heartbeats.next, self.maintenance.next]
+            if self.pool.workers:
+                due.append(self.controls.next)
+            if self.pool.idle() and self.drain_deadline is None:
+                due.append(self.polls.next)
+        deadlines = [w.assignment.kill_at for w in self.pool.busy() if w.assignment.kill_at]
+        if self.drain_deadline is not None and self.drain_deadline > now:
+            deadlines.append(self.drain_deadline)
+        return max(0.0, min(due + deadlines) - now)
+
+    # -- signals and stopping ------------------------------------------------------
+
+    def _on_signal(self, signum):
+        self.stop_requests += 1
+        name = signal.Signals(signum).name
+        if self.stop_requests == 1:
+            self._begin_drain(f"received {name}")
+        else:
+            self._stop_now(f"received {name} again")
+
+    def _begin_drain(self, why):
+        if self.drain_deadline is not None:
+            return
+        self.drain_deadline = time.monotonic() + self.config.shutdown_timeout
+        logger.info("atpd %s stopping (%s): %s running task(s) have %g s to finish",
+                    self.daemon, why, len(self.pool.busy()), self.config.shutdown_timeout)
+        for worker in self.pool.idle():
+            worker.retire()
+
+    def _stop_now(self, why):
+        logger.warning("atpd %s stopping at once (%s)", self.daemon, why)
+        self._begin_drain(why)
+        for worker in self.pool.busy():
+            self._end(worker, Ending.SHUTDOWN, "daemon stopped at once", kill=True)
+
+    def _end(self, worker, ending, reason, *, kill=False):
+        """Stop the task a worker runs: SIGTERM, then SIGKILL after the grace (at once if ``kill``)."""
+        assignment = worker.assignment
+        if assignment.ending is None:
+            assignment.ending, assignment.reason = ending, reason
+            logger.info("task id=%s attempt=%s stopped: %s", assignment.pk, assignment.attempt, reason)
+        if assignment.is_killed:
+            return
+        if kill:
+            self._kill(worker)
+        elif assignment.kill_at is None:
+            worker.signal_group(signal.SIGTERM)
+            assignment.kill_at = time.monotonic() + conf.WORKER_KILL_GRACE_SECONDS
+
+    @staticmethod
+    def _kill(worker):
+        worker.signal_group(signal.SIGKILL)
+        worker.assignment.is_killed = True
+        worker.assignment.kill_at = None
+
+    def _enforce_deadlines(self):
+        now = time.monotonic()
+        for worker in self.pool.busy():
+            kill_at = worker.assignment.kill_at
+            if kill_at is not None and now >= kill_at:
+                self._kill(worker)
+        if self.drain_deadline is not None and now >= self.drain_deadline:
+            for worker in self.pool.busy():
+                self._end(worker, Ending.SHUTDOWN, "daemon stopping: shutdown timeout reached")
+        if self.lease.is_expired() and self.pool.busy():
+            for worker in self.pool.busy():
+                self._end(worker, Ending.LEASE_LOST, "daemon lost its lease: no heartbeat got "
+                          "through in time", kill=True)
+
+    # -- workers -------------------------------------------------------------------
+
+    def _collect_workers(self):
+        for worker, message in self.pool.messages():
+            if message[0] == "done":
+                self._on_done(worker, *message[1:])
+        replacements = 0
+        for worker in self.pool.collect_dead():
+            self._on_death(worker)
+            replacements += self.drain_deadline is None
+        self.pool.spawn(replacements)
+
+    def _on_done(self, worker, pk, attempt):
+        assignment = worker.assignment
+        if assignment is None or (assignment.pk, assignment.attempt) != (pk, attempt):
+            logger.error("worker pid=%s reported task id=%s attempt=%s it was not running",
+                         worker.pid, pk, attempt)
+            return
+        worker.assignment = None
+        if assignment.ending is not None:
+            worker.retire()  # it was being stopped: a signal may still be on its way
+            return
+        worker.is_suspended = False  # a task can only end running: a pause came too late
+        worker.tasks_done += 1
+        self.should_claim = True
+        limit_tasks = self.config.max_tasks_per_child
+        limit_mb = self.config.max_memory_per_child_mb
+        if self.drain_deadline is not None:
+            worker.retire()
+        elif limit_tasks and worker.tasks_done >= limit_tasks:
+            logger.info("worker pid=%s recycled after %s tasks", worker.pid, worker.tasks_done)
+            worker.retire()
+        elif limit_mb and (used := worker.memory_mb()) > limit_mb:
+            logger.info("worker pid=%s recycled at %.0f MB", worker.pid, used)
+            worker.retire()
+
+    def _on_death(self, worker):
+        cause = exit_cause(worker.process.exitcode)
+        assignment = worker.assignment
+        if assignment is None:
+            if not worker.is_retiring:
+                logger.warning("idle worker pid=%s died: %s", worker.pid, cause)
+            return
+        if assignment.ending is None:
+            logger.warning("worker pid=%s died running task id=%s: %s",
+                           worker.pid, assignment.pk, cause)
+        write = write_after(assignment, cause)
+        if write is not None:
+            self.pending.add(*write)
+
+    def _before_fork(self):
+        # A forked child must not share a live database connection with its parent.
+        close_connections()
+        self.listener.close()
+
+    def _private_fds(self):
+        return [] if self.inbox is None else self.inbox.filenos()
+
+    # -- the database round --------------------------------------------------------
+
+    def _database_round(self):
+        now = time.monotonic()
+        if self.outage.is_waiting(now):
+            return
+        try:
+            with retry_budget(SUPERVISOR_WAIT_SECONDS):
+                self._database_work(now)
+        except CONNECTION_ERRORS as exc:
+            self.outage.begin(exc)
+            self.listener.close()
+        else:
+            if self.outage.end():
+                self.should_claim = True
+
+    def _database_work(self, now):
+        """The round's database work, in order; a connection error ends it early."""
+        self.pending.flush()
+        if self.heartbeats.is_due(now):
+            self._heartbeat()
+            self.heartbeats.done(now)
+        if self.lease.is_expired():
+            return
+        if self.controls.is_due(now):
+            control.apply(control.decide(self.pool, self.daemon, now), self.daemon, self._end)
+            self.controls.done(now)
+        if self.maintenance.is_due(now):
+            maintenance.reap_stale_daemons(self.daemon)
+            maintenance.purge_expired()
+            maintenance.prune_stopped_daemons()
+            self.maintenance.done(now)
+        self.listener.ensure_connected()
+        if self._may_claim(now):
+            self._claim(now)
+
+    def _heartbeat(self):
+        sent = clock()
+        if engine.heartbeat(self.daemon):
+            self.lease.renew(sent)
+            return
+        logger.error("daemon %s was declared dead by another daemon: stopping its tasks and "
+                     "registering again", self.daemon)
+        # Each task is restarted once its worker is dead (refused if the reaper already
+        # did it): never while a copy may still run here.
+        for worker in self.pool.busy():
+            self._end(worker, Ending.LEASE_LOST, f"daemon {self.daemon} was declared dead",
+                      kill=True)
+        sent = clock()
+        self.daemon = engine.register_daemon(
+            workers=self.config.workers, types=self.config.types or ()
+        )
+        self.lease.renew(sent)
+
+    def _may_claim(self, now):
+        return (
+            self.drain_deadline is None and not self.outage.is_on
+            and not self.lease.is_expired() and bool(self.pool.idle())
+            and (self.should_claim or self.polls.is_due(now))
+        )
+
+    def _claim(self, now):
+        idle = self.pool.idle()
+        self.polls.done(now)
+        try:
+            instances = engine.dequeue(self.daemon, limit=len(idle), types=self.config.types)
+        except ClaimConflict:
+            self.should_claim = True  # rolled back; the next round claims again
+            return
+        except TaskTypeNotFound as exc:
+            # A served type was unregistered: wait for it to come back, do not crash.
+            if str(exc) != self.claim_error:
+                logger.error("atpd %s claims nothing: %s", self.daemon, exc)
+            self.claim_error = str(exc)
+            self.should_claim = False
+            return
+        if self.claim_error:
+            logger.info("atpd %s claims again", self.daemon)
+            self.claim_error = None
+        self.should_claim = len(instances) == len(idle)
+        for worker, instance in zip(idle, instances, strict=False):
+            task_type = instance.type
+            assignment = Assignment(
+                instance.pk, instance.attempt, task_type.identifier, task_type.handler,
+                task_type.timeout.total_seconds(), daemon=self.daemon,
+            )
+            try:
+                worker.assign(assignment)
+            except OSError:
+                pass  # the worker just died: its death restarts the task
+        if self.config.burst and not instances and not self.pool.busy():
+            self._begin_drain("burst: nothing left to run")
+
+    # -- the end -------------------------------------------------------------------
+
+    def _finish(self):
+        if self.drain_deadline is None:
+            self.drain_deadline = time.monotonic()
+        for worker in self.pool.busy():
+            self._end(worker, Ending.SHUTDOWN, "daemon stopped", kill=True)
+        self.pool.stop_all()
+        self._collect_workers()
+        try:
+            self.pending.flush()
+            returned = engine.retire_daemon(self.daemon, f"daemon {self.daemon} stopped")
+            if returned:
+                logger.warning("handed back %s task(s) still leased at stop", returned)
+        except Exception as exc:
+            logger.error("could not record the stop (%s): the tasks still leased will be "
+                         "restarted by another daemon, or at the next start on this host", exc)
+        self.listener.close()
+        close_connections()
+        logger.info("atpd %s stopped", self.daemon)

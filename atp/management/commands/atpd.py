@@ -1,0 +1,112 @@
+"""``manage.py atpd``: run the Asynchronous Task Processing Daemon."""
+
+import argparse
+import logging
+import sys
+
+from django.core.management.base import BaseCommand, CommandError
+
+from atp.daemon import DaemonConfig, Supervisor
+from atp.daemon.config import default_workers
+from atp.exceptions import AtpError
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+def _number(kind, minimum, *, inclusive):
+    def parse(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if value is None or value < minimum or (value == minimum and not inclusive):
+            adjective = "non-negative" if inclusive and minimum == 0 else "positive"
+            noun = "integer" if kind is int else "number"
+            raise argparse.ArgumentTypeError(f"must be a {adjective} {noun}, not {text!r}")
+        return value
+
+    return parse
+
+
+positive_int = _number(int, 0, inclusive=False)
+positive_float = _number(float, 0, inclusive=False)
+non_negative_float = _number(float, 0, inclusive=True)
+
+
+def type_list(text):
+    types = [part.strip() for part in text.split(",") if part.strip()]
+    if not types:
+        raise argparse.ArgumentTypeError("must name at least one task type")
+    return types
+
+
+class Command(BaseCommand):
+    help = (
+        "Run atpd, the Asynchronous Task Processing Daemon: claim queued tasks and run "
+        "them in a pool of worker processes until SIGTERM or SIGINT."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--workers", type=positive_int, default=None,
+            help=f"Worker processes (default: one per CPU, {default_workers()} here).",
+        )
+        parser.add_argument(
+            "--types", type=type_list, default=None, metavar="TYPE[,TYPE...]",
+            help="Run only tasks of these types (default: all).",
+        )
+        parser.add_argument(
+            "--burst", action="store_true",
+            help="Run what is runnable now, then exit (for cron jobs, tests, benchmarks).",
+        )
+        parser.add_argument(
+            "--max-tasks-per-child", type=positive_int, default=None, metavar="N",
+            help="Replace a worker after it ran N tasks.",
+        )
+        parser.add_argument(
+            "--max-memory-per-child", type=positive_int, default=None, metavar="MB",
+            help="Replace a worker whose memory (RSS) exceeds MB after a task.",
+        )
+        parser.add_argument(
+            "--shutdown-timeout", type=non_negative_float, default=None, metavar="S",
+            help="On SIGTERM/SIGINT, let running tasks finish for up to S seconds, then "
+            "hand them back to the queue (default: ATP_SHUTDOWN_TIMEOUT_SECONDS, 30).",
+        )
+        parser.add_argument(
+            "--poll-interval", type=positive_float, default=None, metavar="S",
+            help="Look for runnable tasks every S seconds when not notified "
+            "(default: ATP_POLL_INTERVAL_SECONDS, 1).",
+        )
+        parser.add_argument(
+            "--log-level", choices=LOG_LEVELS, type=str.upper, default="INFO",
+            help="Level of atpd's log on standard error (default INFO).",
+        )
+
+    def handle(self, *args, **options):
+        _configure_logging(options["log_level"])
+        try:
+            config = DaemonConfig(
+                workers=options["workers"] or default_workers(),
+                types=tuple(options["types"]) if options["types"] else None,
+                burst=options["burst"],
+                max_tasks_per_child=options["max_tasks_per_child"],
+                max_memory_per_child_mb=options["max_memory_per_child"],
+                shutdown_timeout=options["shutdown_timeout"],
+                poll_interval=options["poll_interval"],
+            )
+            exit_code = Supervisor(config).run()
+        except AtpError as exc:
+            raise CommandError(str(exc)) from exc
+        if exit_code:
+            sys.exit(exit_code)
+
+
+def _configure_logging(level):
+    logger = logging.getLogger("atp")
+    logger.setLevel(level)
+    if not logger.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter(
+            "%(asctime)s %(levelname)s %(processName)s[%(process)d] %(name)s: %(message)s"
+        ))
+        logger.addHandler(handler)

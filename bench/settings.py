@@ -1,0 +1,17 @@
+"""Settings for the benchmarks: a database of their own, named by ATP_BENCH_DATABASE_URL
+(a temporary SQLite file when unset)."""
+
+import os
+
+import dj_database_url
+
+SECRET_KEY = "django-atp-bench"
+USE_TZ = True
+DEBUG = False
+INSTALLED_APPS = ["django.contrib.contenttypes", "django.contrib.auth", "atp"]
+ATP_HANDLER_MODULES = ["bench.handlers"]
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+DATABASES = {"default": dj_database_url.parse(os.environ["ATP_BENCH_DATABASE_URL"])}
+if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+    DATABASES["default"]["OPTIONS"] = {"timeout": 20}
+LOGGING = {"version": 1, "loggers": {"atp": {"level": "WARNING"}}}

@@ -1,0 +1,133 @@
+import datetime
+import os
+import signal
+import subprocess
+import sys
+
+import psutil
+import pytest
+from django.db.models import F
+from django.test import override_settings
+
+import atp
+from atp import engine
+from atp.daemon import maintenance
+from atp.models import Daemon, Instance, LogRecord, Task
+from atp.states import Status
+from tests.factories import TaskFactory
+from tests.processes import wait_until
+
+pytestmark = pytest.mark.django_db
+
+
+def silence(daemon, seconds):
+    """Pretend ``daemon`` last heartbeat ``seconds`` ago."""
+    Daemon.objects.filter(pk=daemon.pk).update(heartbeat=F("heartbeat") - datetime.timedelta(seconds=seconds))
+
+
+@override_settings(ATP_DAEMON_TIMEOUT_SECONDS=30)
+def test_a_silent_daemons_tasks_are_restarted_by_another(noop_type):
+    me, silent, alive = (engine.register_daemon() for _ in range(3))
+    lost = [TaskFactory(type=noop_type, status=s, daemon=silent)
+            for s in (Status.SCHEDULED, Status.RUNNING, Status.PAUSED)]
+    kept = TaskFactory(type=noop_type, status=Status.RUNNING, daemon=alive)
+    silence(silent, 31)
+    silence(alive, 29)
+
+    assert maintenance.reap_stale_daemons(me) == 3
+    for instance in Instance.objects.filter(pk__in=[t.pk for t in lost]):
+        assert (instance.status, instance.restarts) == (Status.ACCEPTED, 1)
+        last = LogRecord.objects.filter(instance=instance).last()
+        assert last.message == f"daemon {silent} stopped heartbeating; restart 1 of 3"
+    assert Instance.objects.get(pk=kept.pk).status == Status.RUNNING
+    assert Daemon.objects.get(pk=silent.pk).stopped is not None
+    assert not engine.heartbeat(silent)  # a daemon declared dead learns it at once
+    assert maintenance.reap_stale_daemons(me) == 0
+
+
+@override_settings(ATP_DAEMON_TIMEOUT_SECONDS=30)
+def test_a_daemon_never_reaps_itself(noop_type):
+    me = engine.register_daemon()
+    TaskFactory(type=noop_type, status=Status.RUNNING, daemon=me)
+    silence(me, 60)
+    assert maintenance.reap_stale_daemons(me) == 0
+
+
+def test_a_restarted_daemon_restarts_the_tasks_of_its_dead_predecessor_at_once(noop_type):
+    gone_pid = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                              capture_output=True, text=True, check=True).stdout
+    predecessor = engine.register_daemon()
+    Daemon.objects.filter(pk=predecessor.pk).update(pid=int(gone_pid))
+    leftover = TaskFactory(type=noop_type, status=Status.RUNNING, daemon=predecessor)
+    sibling = engine.register_daemon()  # this very process: alive
+    kept = TaskFactory(type=noop_type, status=Status.RUNNING, daemon=sibling)
+    me = engine.register_daemon()
+
+    assert maintenance.reap_gone_daemons_on_this_host(me) == 1
+    assert Instance.objects.get(pk=leftover.pk).status == Status.ACCEPTED
+    assert Instance.objects.get(pk=kept.pk).status == Status.RUNNING
+
+
+def test_expired_tasks_are_purged_a_batch_at_a_time(db):
+    atp.register_task_type("tests.brief", "tests.handlers.noop", retention=60)
+    ended = [TaskFactory(type=atp.get_type("tests.brief"), status=Status.FINISHED) for _ in range(3)]
+    Instance.objects.update(finished=F("finished") - datetime.timedelta(minutes=5))
+    with override_settings(ATP_PURGE_BATCH_SIZE=2):
+        assert maintenance.purge_expired() == 2
+        assert maintenance.purge_expired() == 1
+    assert not Instance.objects.filter(pk__in=[e.pk for e in ended]).exists()
+
+
+def test_long_stopped_daemons_are_forgotten_once_no_task_records_them(noop_type):
+    forgotten, recorded, holding = (engine.register_daemon() for _ in range(3))
+    TaskFactory(type=noop_type, status=Status.FINISHED, daemon=recorded)
+    TaskFactory(type=noop_type, status=Status.RUNNING, daemon=holding)
+    for daemon in (forgotten, recorded, holding):
+        Daemon.objects.filter(pk=daemon.pk).update(
+            stopped=F("started") - datetime.timedelta(days=8)
+        )
+    assert maintenance.prune_stopped_daemons() == 1
+    assert set(Daemon.objects.values_list("pk", flat=True)) == {recorded.pk, holding.pk}
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_killed_daemons_tasks_finish_elsewhere_and_never_run_twice_at_once(start_daemon, tmp_path):
+    atp.register_task_type("tests.exclusive", "tests.handlers.exclusive_sleep")
+    tasks = atp.enqueue_many("tests.exclusive", [{"directory": str(tmp_path), "seconds": 0.15}] * 500)
+    doomed = start_daemon("--workers", 3)
+    survivor = start_daemon("--workers", 3)
+    wait_until(lambda: Instance.objects.filter(status=Status.FINISHED).count() >= 100,
+               timeout=120, message="100 tasks finished")
+    workers = psutil.Process(doomed.pid).children()
+    doomed.signal(signal.SIGKILL)
+    doomed.wait(10)
+    # What the dead daemon still held: read once its workers are gone too (one may
+    # complete a task up to the kill) and before the survivor reaps, 2 s after the
+    # last heartbeat.
+    psutil.wait_procs(workers, timeout=10)
+    held = set(Task.objects.filter(daemon__pid=doomed.pid).values_list("instance_id", flat=True))
+
+    wait_until(lambda: Instance.objects.filter(status=Status.FINISHED).count() == 500,
+               timeout=180, message="all 500 tasks finished")
+    survivor.signal(signal.SIGTERM)
+    assert survivor.wait(30) == 0, survivor.output()
+
+    assert list(tmp_path.glob("*.overlap")) == [], "a task ran twice at the same time"
+    assert held, "the killed daemon held no task: the test proved nothing"
+    restarted = Instance.objects.filter(pk__in=held)
+    assert {(i.status, i.restarts) for i in restarted} == {(Status.FINISHED, 1)}
+    ran = (tmp_path / "attempts.log").read_text().split("\n")
+    assert {int(line.split()[0]) for line in ran if line} == {task.pk for task in tasks}
+    assert Daemon.objects.get(pid=doomed.pid).stopped is not None
+    assert os.path.exists(tmp_path / "attempts.log")
+
+
+def test_each_type_gets_its_turn_at_purging(db):
+    first = atp.register_task_type("tests.first", "tests.handlers.noop", retention=60)
+    second = atp.register_task_type("tests.second", "tests.handlers.noop", retention=60)
+    TaskFactory(type=second, status=Status.FINISHED)
+    Instance.objects.update(finished=F("finished") - datetime.timedelta(minutes=5))
+    TaskFactory(type=first, status=Status.FINISHED)  # recent: nothing to purge there
+    assert maintenance.purge_expired() == 1
+    assert Instance.objects.filter(type=second).count() == 0

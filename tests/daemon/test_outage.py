@@ -1,0 +1,155 @@
+import signal
+import threading
+import time
+from contextlib import contextmanager
+
+import pytest
+from django.db import OperationalError, connection
+
+import atp
+from atp.daemon.outage import Backoff, retry_while_unreachable
+from atp.models import Instance
+from atp.states import Status
+from tests.processes import wait_until
+
+
+def test_backoff_doubles_up_to_its_ceiling():
+    backoff = Backoff()
+    delays = [backoff.next() for _ in range(8)]
+    assert delays[:3] == [0.2, 0.4, 0.8] and delays[-1] == 5.0
+
+
+def test_retries_last_while_the_database_is_unreachable_and_stop_at_other_errors(monkeypatch):
+    monkeypatch.setattr(time, "sleep", lambda seconds: None)
+    calls = []
+
+    def flaky():
+        calls.append(1)
+        if len(calls) < 3:
+            raise OperationalError("server closed the connection unexpectedly")
+        return "written"
+
+    assert retry_while_unreachable(flaky, "a write") == "written"
+    with pytest.raises(ZeroDivisionError):
+        retry_while_unreachable(lambda: 1 / 0, "a bug")
+
+
+def backend_pid():
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        return cursor.fetchone()[0]
+
+
+def terminate_other_sessions(keep=()):
+    """Terminate the daemons' sessions: all but this thread's and those in ``keep``."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+            "AND NOT pid = ANY(%s)", [list(keep)],
+        )
+        return cursor.fetchone()[0]
+
+
+@contextmanager
+def database_refusing_connections(seconds):
+    """Refuse new connections to the test database and drop the daemons' ones, for a while."""
+    import psycopg
+
+    settings = connection.settings_dict
+    keep = backend_pid()
+    admin = psycopg.connect(host=settings["HOST"], port=settings["PORT"] or 5432,
+                            user=settings["USER"], dbname="postgres", autocommit=True)
+    name = settings["NAME"]
+    try:
+        admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = %s AND pid <> %s", [name, keep],
+        )
+        time.sleep(seconds)
+    finally:
+        admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+        admin.close()
+    yield
+
+
+def finished_count():
+    return Instance.objects.filter(status=Status.FINISHED).count()
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_killed_connections_do_not_stop_the_daemon_or_lose_a_task(postgres_only, start_daemon):
+    atp.register_task_type("tests.sleep", "tests.handlers.sleep")
+    tasks = atp.enqueue_many("tests.sleep", [{"seconds": 0.05, "progress": True}] * 300)
+    daemon = start_daemon("--workers", 3)
+    stop = threading.Event()
+    test_session = backend_pid()
+
+    def keep_killing():
+        try:
+            while not stop.wait(0.7):
+                terminate_other_sessions(keep=[test_session])
+        finally:
+            connection.close()
+
+    wait_until(lambda: finished_count() > 20, timeout=60, message="tasks running")
+    killer = threading.Thread(target=keep_killing)
+    killer.start()
+    try:
+        wait_until(lambda: finished_count() == 300, timeout=180, message="all tasks finished")
+    finally:
+        stop.set()
+        killer.join()
+    assert daemon.process.poll() is None, "the daemon died"
+    assert {i.status for i in Instance.objects.filter(pk__in=[t.pk for t in tasks])} == {Status.FINISHED}
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait(30) == 0, daemon.output()
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_database_outage_is_ridden_out_by_running_tasks(postgres_only, start_daemon):
+    atp.register_task_type("tests.sleep", "tests.handlers.sleep")
+    first = atp.enqueue_many("tests.sleep", [{"seconds": 2.5}] * 2, priority=1)
+    queued = atp.enqueue_many("tests.sleep", [{"seconds": 0.1}] * 4)
+    # A lease long enough to outlast the outage: running tasks must not be stopped.
+    daemon = start_daemon("--workers", 2, ATP_DAEMON_TIMEOUT_SECONDS=15,
+                          ATP_HEARTBEAT_INTERVAL_SECONDS=0.5)
+    wait_until(lambda: Instance.objects.filter(status=Status.RUNNING).count() == 2,
+               timeout=30, message="two tasks running")
+    with database_refusing_connections(seconds=4):
+        pass
+    try:
+        wait_until(lambda: finished_count() == 6, timeout=60, message="all tasks finished")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; the daemon said:\n{daemon.output()[-6000:]}") from None
+    for instance in Instance.objects.filter(pk__in=[t.pk for t in [*first, *queued]]):
+        assert (instance.attempt, instance.restarts) == (1, 0)
+    assert "database unavailable" in daemon.output()
+    assert "database available again" in daemon.output()
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait(30) == 0, daemon.output()
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_an_outage_neither_spins_the_supervisor_nor_churns_workers(postgres_only, start_daemon):
+    import psutil
+
+    atp.register_task_type("tests.echo", "tests.handlers.echo")
+    daemon = start_daemon("--workers", 3)
+    wait_until(lambda: "started: 3 workers" in daemon.output(), timeout=30, message="started")
+    supervisor = psutil.Process(daemon.pid)
+    before = supervisor.cpu_times()
+    with database_refusing_connections(seconds=6):
+        pass
+    used = sum(supervisor.cpu_times()[:2]) - sum(before[:2])
+    assert used < 1.5, f"the supervisor used {used:.1f} s of CPU in a 6 s outage"
+    assert daemon.output().count("worker pid=") <= 3 + 1, "workers were forked again and again"
+    task = atp.enqueue("tests.echo")
+    wait_until(lambda: Instance.objects.get(pk=task.pk).status == Status.FINISHED,
+               timeout=60, message="runs after the outage", output=daemon.output)
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait(30) == 0, daemon.output()

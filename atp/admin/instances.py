@@ -1,0 +1,279 @@
+"""The admin of tasks: a list that stays fast with millions of rows, a read-only page with
+the state history, and actions that go through the queue verbs."""
+
+import json
+
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.db.models import Q
+from django.forms.models import BaseInlineFormSet
+from django.shortcuts import get_object_or_404
+from django.urls import NoReverseMatch, re_path, reverse
+from django.utils import timezone
+from django.utils.html import format_html
+from django_admin_listfilter_dropdown.filters import ChoiceDropdownFilter, RelatedDropdownFilter
+
+from atp import engine
+from atp.admin.actions import apply_to_each, delete_each_ended
+from atp.admin.keys import NumericKeys
+from atp.admin.paginators import EstimatedCountPaginator, no_facets
+from atp.admin.querysets import DateProbingQuerySet
+from atp.converters import TASK_ID_PATTERN, parse_task_id
+from atp.http import media_type, serve_response
+from atp.models import Instance, LogRecord, Response
+from atp.presentation import HISTORY_SHOWN, describe_inputs, format_duration, timeline
+from atp.templatetags.atp import progress, status_badge, timestamp
+
+#: Larger inputs and responses are not shown on the task's page, only offered.
+PREVIEW_MAX_BYTES = 64 * 1024
+IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp", "image/svg+xml")
+
+
+def _short_time(value):
+    if value is None:
+        return ""
+    return format_html('<span class="atp-nowrap" title="{}">{}</span>', timestamp(value),
+                       timezone.localtime(value).strftime("%m-%d %H:%M:%S"))
+
+
+class RecentHistoryFormSet(BaseInlineFormSet):
+    """The latest ``HISTORY_SHOWN`` entries, oldest first; ``total`` counts them all."""
+
+    def get_queryset(self):
+        # Asked for once per form: read the history once.
+        if not hasattr(self, "_recent"):
+            everything = super().get_queryset()
+            self.total = everything.count()
+            recent = everything.order_by("-id")[:HISTORY_SHOWN]
+            self._recent = sorted(recent, key=lambda record: record.pk)
+        return self._recent
+
+
+class StateHistoryInline(admin.TabularInline):
+    """The task's state history as a timeline: time, state, time spent, attempt, daemon, message."""
+
+    model = LogRecord
+    formset = RecentHistoryFormSet
+    template = "atp/admin/state_history_inline.html"
+    fields = ["time", "status", "attempt", "daemon", "message"]
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+    verbose_name = "state history entry"
+    verbose_name_plural = "state history"
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_view_permission(self, request, obj=None):
+        # The history is part of the task: whoever may see the task sees it, without
+        # needing a permission on the history table itself.
+        return (request.user.has_perm("atp.view_instance")
+                or request.user.has_perm("atp.change_instance"))
+
+
+@no_facets
+@admin.register(Instance)
+class InstanceAdmin(NumericKeys, admin.ModelAdmin):
+    list_display = ["id", "short_identifier", "type", "state", "progress_bar", "tries",
+                    "created_at", "finished_at", "run_time", "daemon"]
+    list_display_links = ["id", "short_identifier"]
+    list_filter = [("type", RelatedDropdownFilter), ("status", ChoiceDropdownFilter),
+                   ("daemon", RelatedDropdownFilter)]
+    list_select_related = ["type", "daemon"]
+    list_per_page = 50
+    search_fields = ["=identifier"]
+    search_help_text = "An exact identifier, or a task number."
+    date_hierarchy = "created"
+    ordering = ["-id"]
+    paginator = EstimatedCountPaginator
+    show_full_result_count = False
+    # Sorting by anything but an indexed column sorts every row.
+    sortable_by = ["id", "created_at"]
+    inlines = [StateHistoryInline]
+    actions = ["reenqueue_tasks", "pause_tasks", "resume_tasks", "cancel_tasks",
+               "delete_ended_tasks"]
+    fieldsets = [
+        (None, {"fields": ["type", "identifier", "state", "priority", "attempt", "restarts"]}),
+        ("Progress", {"fields": ["progress_bar", "progress_message"]}),
+        ("Times (database clock)", {"fields": ["created", "updated", "started", "finished",
+                                               "run_time"]}),
+        ("Daemon", {"fields": ["daemon"]}),
+        ("Inputs and response", {"fields": ["inputs_preview", "response_preview"]}),
+    ]
+    readonly_fields = ["type", "identifier", "state", "priority", "attempt", "restarts",
+                       "progress_bar", "progress_message", "created", "updated", "started",
+                       "finished", "run_time", "daemon", "inputs_preview", "response_preview"]
+
+    class Media:
+        css = {"all": ["atp/atp.css"]}
+
+    # -- permissions: the page is for reading; changes go through the actions ------
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return obj is None and super().has_change_permission(request)
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # only the "delete ended tasks" action deletes, through the verb
+
+    def has_delete_ended_permission(self, request):
+        return request.user.has_perm("atp.delete_instance")
+
+    def get_actions(self, request):
+        actions = super().get_actions(request)
+        actions.pop("delete_selected", None)
+        return actions
+
+    def get_queryset(self, request):
+        queryset = super().get_queryset(request)
+        return DateProbingQuerySet(model=queryset.model, query=queryset.query.chain(),
+                                   using=queryset.db)
+
+    def get_search_results(self, request, queryset, search_term):
+        # Identifiers are case-sensitive keys: an exact match reads their index, where
+        # the admin's "=" search (iexact) would read every row.
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        if "\x00" in term:  # no identifier holds one, and PostgreSQL refuses it
+            return queryset.none(), False
+        number = parse_task_id(term)
+        if number is not None:
+            return queryset.filter(Q(identifier=term) | Q(pk=number)), False
+        return queryset.filter(identifier=term), False
+
+    # -- columns and fields ---------------------------------------------------------
+
+    def changelist_view(self, request, extra_context=None):
+        return super().changelist_view(request, {"title": "Tasks", **(extra_context or {})})
+
+    def view_on_site(self, obj):
+        try:
+            return reverse("atp:task_detail", args=[obj.pk])
+        except NoReverseMatch:  # the project does not mount atp.urls
+            return None
+
+    @admin.display(description="identifier", ordering="identifier")
+    def short_identifier(self, obj):
+        text = obj.identifier if len(obj.identifier) <= 16 else f"{obj.identifier[:14]}…"
+        return format_html('<span title="{}">{}</span>', obj.identifier, text)
+
+    @admin.display(description="attempt", ordering="attempt")
+    def tries(self, obj):
+        """The attempt, and the restarts spent, if any."""
+        if not obj.restarts:
+            return obj.attempt
+        return f"{obj.attempt} ({obj.restarts} restart{'s' if obj.restarts > 1 else ''})"
+
+    @admin.display(description="created", ordering="created")
+    def created_at(self, obj):
+        return _short_time(obj.created)
+
+    @admin.display(description="finished", ordering="finished")
+    def finished_at(self, obj):
+        return _short_time(obj.finished)
+
+    @admin.display(description="state", ordering="status")
+    def state(self, obj):
+        return status_badge(obj.status)
+
+    @admin.display(description="progress")
+    def progress_bar(self, obj):
+        return progress(obj)
+
+    @admin.display(description="run time")
+    def run_time(self, obj):
+        return format_duration(obj.duration)
+
+    @admin.display(description="inputs")
+    def inputs_preview(self, obj):
+        shown = describe_inputs(obj.pk)
+        if shown is None:
+            return "—"
+        if not shown.is_json:
+            return shown.text
+        return format_html('<pre class="atp-pre">{}</pre>', shown.text)
+
+    @admin.display(description="response")
+    def response_preview(self, obj):
+        response = Response.objects.filter(pk=obj.pk).defer("data").first()
+        if response is None:
+            return "—"
+        url = reverse("admin:atp_instance_response", args=[obj.pk])
+        link = format_html('<a href="{}">download</a> ({}, {} bytes)', url,
+                           response.content_type, f"{response.size:,}")
+        kind = media_type(response.content_type)
+        if kind in IMAGE_TYPES:
+            # An image element runs no script, even in SVG; the link downloads it.
+            return format_html('{}<br><img src="{}" alt="response" style="max-width: 480px">',
+                               link, url)
+        if not response.charset or response.size > PREVIEW_MAX_BYTES:
+            return link
+        try:
+            text = Response.objects.get(pk=obj.pk).text
+        except (ValueError, LookupError):  # not in its charset, or an unknown charset
+            return link
+        if kind == "application/json":
+            try:
+                text = json.dumps(json.loads(text), indent=2, ensure_ascii=False)
+            except ValueError:
+                pass  # labelled JSON but is not: shown as it is
+        return format_html('{}<pre class="atp-pre">{}</pre>', link, text)
+
+    def get_urls(self):
+        download = self.admin_site.admin_view(self.response_view)
+        return [
+            re_path(rf"^(?P<pk>{TASK_ID_PATTERN})/response/$", download,
+                    name="atp_instance_response"),
+            *super().get_urls(),
+        ]
+
+    def response_view(self, request, pk):
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        pk = int(pk)
+        return serve_response(get_object_or_404(Response, pk=pk), f"task-{pk}")
+
+    def render_change_form(self, request, context, *args, **kwargs):
+        obj = context.get("original")
+        if obj is not None:
+            # The same latest entries the history inline shows, oldest first.
+            records = reversed(list(obj.log_records.order_by("-id")[:HISTORY_SHOWN]))
+            context["atp_spent"] = {
+                row.record.pk: row.spent
+                for row in timeline(records, obj.status, timezone.now())
+            }
+        return super().render_change_form(request, context, *args, **kwargs)
+
+    # -- actions --------------------------------------------------------------------
+
+    def _report(self, request, outcome, done_label):
+        level = (messages.ERROR if outcome.failed
+                 else messages.WARNING if outcome.refused else messages.SUCCESS)
+        self.message_user(request, outcome.message(done_label), level)
+
+    @admin.action(description="Re-enqueue selected tasks", permissions=["change"])
+    def reenqueue_tasks(self, request, queryset):
+        self._report(request, apply_to_each(queryset, engine.reenqueue), "re-enqueued")
+
+    @admin.action(description="Pause selected running tasks", permissions=["change"])
+    def pause_tasks(self, request, queryset):
+        self._report(request, apply_to_each(queryset, engine.pause), "paused")
+
+    @admin.action(description="Resume selected paused tasks", permissions=["change"])
+    def resume_tasks(self, request, queryset):
+        self._report(request, apply_to_each(queryset, engine.resume), "resumed")
+
+    @admin.action(description="Cancel selected tasks", permissions=["change"])
+    def cancel_tasks(self, request, queryset):
+        self._report(request, apply_to_each(queryset, engine.cancel), "cancelled")
+
+    @admin.action(description="Delete selected ended tasks", permissions=["delete_ended"])
+    def delete_ended_tasks(self, request, queryset):
+        self._report(request, delete_each_ended(queryset, engine.delete_ended), "deleted")

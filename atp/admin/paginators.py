@@ -1,0 +1,64 @@
+"""Pagination for lists of millions of rows: a page, and a count that costs nothing."""
+
+from django.core.paginator import Paginator
+from django.db import OperationalError, connections, transaction
+from django.utils.functional import cached_property
+
+#: Where PostgreSQL expects more rows than this, its estimate is shown at once.
+EXACT_COUNT_UP_TO = 100_000
+#: An exact count may take this long; past it, PostgreSQL's estimate is shown.
+COUNT_BUDGET_MILLISECONDS = 200
+#: Deeper pages are an OFFSET that reads every row before them: filter instead.
+MAX_PAGES = 200
+
+
+class EstimatedCountPaginator(Paginator):
+    """A paginator whose count is exact when that is quick, and an estimate otherwise.
+
+    Counting a million tasks exactly (``COUNT(*)``) takes longer than rendering the
+    page. On PostgreSQL the planner's row estimate for the query is asked first (a
+    millisecond); past ``EXACT_COUNT_UP_TO`` rows it is the count. Below, the exact
+    count gets ``COUNT_BUDGET_MILLISECONDS``, and the estimate stands in if it takes
+    longer. Other databases count. Only the first ``MAX_PAGES`` pages are offered.
+    """
+
+    @cached_property
+    def num_pages(self):
+        return min(super().num_pages, MAX_PAGES)
+
+    @cached_property
+    def count(self):
+        queryset = self.object_list
+        connection = connections[queryset.db]
+        if connection.vendor != "postgresql":
+            return super().count
+        estimate = self._estimate(queryset, connection)
+        if estimate > EXACT_COUNT_UP_TO:
+            return estimate
+        try:
+            with transaction.atomic(using=queryset.db), connection.cursor() as cursor:
+                cursor.execute("SHOW statement_timeout")
+                previous = cursor.fetchone()[0]
+                cursor.execute(f"SET LOCAL statement_timeout = {COUNT_BUDGET_MILLISECONDS}")
+                count = queryset.count()
+                cursor.execute("SELECT set_config('statement_timeout', %s, true)", [previous])
+                return count
+        except OperationalError:
+            return estimate
+
+    @staticmethod
+    def _estimate(queryset, connection):
+        sql, params = queryset.order_by().query.sql_with_params()
+        with connection.cursor() as cursor:
+            cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
+            plan = cursor.fetchone()[0]
+        return int(plan[0]["Plan"]["Plan Rows"])
+
+
+def no_facets(admin_class):
+    """Turn off Django 5's "show counts" (it counts the whole table per filter)."""
+    from django.contrib import admin
+
+    if hasattr(admin, "ShowFacets"):  # Django 5.0+
+        admin_class.show_facets = admin.ShowFacets.NEVER
+    return admin_class

@@ -1,0 +1,123 @@
+"""The admin of task types: their parameters, their live tasks, pausing and resuming."""
+
+from django import forms
+from django.contrib import admin, messages
+from django.db.models import Count, OuterRef, Subquery
+from django.db.models.functions import Coalesce
+from django.utils.html import format_html_join
+
+from atp import engine, registry, stats
+from atp.admin.actions import Outcome
+from atp.admin.keys import NumericKeys
+from atp.admin.paginators import no_facets
+from atp.exceptions import InvalidParameter, TaskTypeInUse, TaskTypeNotFound
+from atp.models import Task, Type
+from atp.states import LIVE
+from atp.templatetags.atp import status_badge
+
+#: What an operator may change on a type's page; the rest comes from code.
+TUNABLE = ["description", "timeout", "max_restarts", "retention", "max_concurrency"]
+
+
+class TypeForm(forms.ModelForm):
+    """Checks the tuned parameters as ``register_task_type`` would."""
+
+    class Meta:
+        model = Type
+        fields = TUNABLE
+
+    def clean(self):
+        cleaned = super().clean()
+        for name in TUNABLE:
+            if name in self.changed_data and name in cleaned:
+                try:
+                    registry.clean_type_parameters({name: cleaned[name]})
+                except InvalidParameter as exc:
+                    self.add_error(name, str(exc))
+        return cleaned
+
+
+@no_facets
+@admin.register(Type)
+class TypeAdmin(NumericKeys, admin.ModelAdmin):
+    list_display = ["identifier", "handler", "timeout", "max_restarts", "retention",
+                    "max_concurrency", "is_paused", "live_tasks"]
+    list_filter = ["is_paused", "input_format"]
+    search_fields = ["identifier", "handler"]
+    actions = ["pause_types", "resume_types", "unregister_types"]
+    form = TypeForm
+    # The handler and the input format come from code; the rest an operator may tune
+    # (a @task_type declaration sets again what it names when the daemon starts).
+    readonly_fields = ["identifier", "handler", "input_format", "is_paused",
+                       "live_by_state", "created", "updated"]
+    fields = ["identifier", "handler", "input_format", "description", "timeout",
+              "max_restarts", "retention", "max_concurrency", "is_paused", "live_by_state",
+              "created", "updated"]
+
+    class Media:
+        css = {"all": ["atp/atp.css"]}
+
+    def has_add_permission(self, request):
+        return False  # types are registered in code
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # only the "unregister" action removes a type, and only an unused one
+
+    def has_unregister_permission(self, request):
+        return request.user.has_perm("atp.delete_type")
+
+    def save_model(self, request, obj, form, change):
+        # Only what the operator changed, through the verb: saving the whole row would
+        # write back a pause or a code declaration that changed since the form loaded.
+        tuned = {name: form.cleaned_data[name] for name in form.changed_data if name in TUNABLE}
+        engine.update_task_type(obj.identifier, **tuned)
+        obj.refresh_from_db()
+
+    def get_queryset(self, request):
+        live = (
+            Task.objects.filter(type=OuterRef("pk"), instance__status__in=LIVE)
+            .order_by().values("type").annotate(count=Count("pk")).values("count")
+        )
+        return super().get_queryset(request).annotate(live=Coalesce(Subquery(live), 0))
+
+    @admin.display(description="live tasks", ordering="live")
+    def live_tasks(self, obj):
+        return obj.live
+
+    @admin.display(description="live tasks by state")
+    def live_by_state(self, obj):
+        counts = stats.live_counts()
+        return format_html_join(
+            " ", "{} {}", ((status_badge(s), counts.get((obj.pk, s), 0)) for s in LIVE)
+        )
+
+    def _toggle(self, request, queryset, verb, done_label):
+        outcome = Outcome()
+        for task_type in queryset:
+            verb(task_type)
+            outcome.done += 1
+        self.message_user(request, outcome.message(done_label))
+
+    @admin.action(description="Pause selected types (no new task starts)", permissions=["change"])
+    def pause_types(self, request, queryset):
+        self._toggle(request, queryset, engine.pause_type, "paused")
+
+    @admin.action(description="Resume selected types", permissions=["change"])
+    def resume_types(self, request, queryset):
+        self._toggle(request, queryset, engine.resume_type, "resumed")
+
+    @admin.action(description="Unregister selected types (only those without tasks)",
+                  permissions=["unregister"])
+    def unregister_types(self, request, queryset):
+        outcome = Outcome()
+        for task_type in queryset:
+            try:
+                engine.unregister_task_type(task_type.identifier)
+            except TaskTypeInUse:
+                outcome.refused["it has tasks"] += 1
+            except TaskTypeNotFound:
+                outcome.refused["already gone"] += 1
+            else:
+                outcome.done += 1
+        level = messages.WARNING if outcome.refused else messages.SUCCESS
+        self.message_user(request, outcome.message("unregistered"), level)

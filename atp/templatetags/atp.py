@@ -1,0 +1,67 @@
+"""Template helpers for django-atp's pages and admin: ``{% load atp %}``."""
+
+import datetime
+
+from django import template
+from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.safestring import mark_safe
+
+from atp.presentation import format_duration
+from atp.states import Status
+
+register = template.Library()
+
+
+@register.filter
+def duration(delta):
+    return format_duration(delta)
+
+
+@register.simple_tag
+def status_badge(status):
+    """Return a coloured badge for a task state."""
+    if not status:
+        return mark_safe('<span class="atp-status atp-status-message">message</span>')
+    return format_html(
+        '<span class="atp-status atp-status-{}">{}</span>', status.lower(), Status(status).label
+    )
+
+
+@register.simple_tag
+def progress(instance):
+    """Return a progress bar with ``done of total``, or the bare count when there is no total."""
+    done, total = instance.progress_done, instance.progress_total
+    if done is None:
+        return ""
+    fraction = instance.progress_fraction
+    if fraction is None:
+        return format_html('<span class="atp-progress-text">{}</span>', f"{done:g}")
+    return format_html(
+        '<progress class="atp-progress" value="{}" max="1">{}%</progress> '
+        '<span class="atp-progress-text">{}</span>',
+        f"{fraction:.3f}", f"{fraction * 100:.0f}", f"{done:g}/{total:g}",
+    )
+
+
+@register.filter
+def get_item(mapping, key):
+    """Return ``mapping[key]``, or None."""
+    return mapping.get(key) if mapping else None
+
+
+@register.filter
+def timestamp(value):
+    """Return a datetime as ``2026-11-21 10:25:59.041`` in the current time zone."""
+    if value is None:
+        return ""
+    return timezone.localtime(value).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+@register.filter
+def age(value, now=None):
+    """Return how long ago ``value`` was, shortly: ``1.2 s``, ``3 min 4 s``."""
+    if value is None:
+        return ""
+    # ``value`` comes from the database clock, ``now`` from this host's: never below 0.
+    return format_duration(max((now or timezone.now()) - value, datetime.timedelta(0)))

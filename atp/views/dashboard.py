@@ -1,0 +1,27 @@
+"""The dashboard: the queue at a glance, refreshed in place."""
+
+from django.shortcuts import render
+from django.utils import timezone
+
+from atp import stats
+from atp.states import LIVE, TERMINAL
+from atp.views.access import VIEW, staff_member
+
+
+@staff_member(VIEW)
+def dashboard(request):
+    """Show tasks per type and state, the waiting queue, live daemons and recent endings."""
+    waiting = stats.waiting()
+    now = timezone.now()
+    context = {
+        "types": stats.types_with_counts(),
+        "waiting": waiting,
+        "oldest_wait": now - waiting.oldest_since if waiting.oldest_since else None,
+        "daemons": stats.live_daemons(),
+        "live_states": LIVE,
+        "ended_states": TERMINAL,
+        "recent": stats.RECENT,
+        "now": now,
+    }
+    partial = request.GET.get("partial") == "1"
+    return render(request, "atp/_dashboard.html" if partial else "atp/dashboard.html", context)

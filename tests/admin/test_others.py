@@ -1,0 +1,44 @@
+import re
+
+import pytest
+
+import atp
+from atp import engine
+from atp.models import Daemon, Inputs, LogRecord, Response, Task
+from atp.states import Status
+from tests.factories import TaskFactory
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.mark.parametrize("model", [LogRecord, Task, Inputs, Response, Daemon])
+def test_each_list_reads_and_nothing_can_be_added_changed_or_deleted(log_in, noop_type, daemon, model):
+    admin = log_in("superuser")
+    task = TaskFactory(type=noop_type, status=Status.RUNNING, daemon=daemon)
+    atp.set_response(task, "r")
+    name = model._meta.model_name
+    page = admin.get(f"/admin/atp/{name}/").content.decode()
+    assert f"/admin/atp/{name}/add/" not in page
+    obj = model.objects.first()
+    detail = admin.get(f"/admin/atp/{name}/{obj.pk}/change/")
+    assert detail.status_code == 200
+    assert 'name="_save"' not in detail.content.decode()
+    assert admin.post(f"/admin/atp/{name}/{obj.pk}/delete/").status_code == 403
+
+
+def test_the_lists_never_fetch_inputs_or_whole_messages(log_in, noop_type):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    admin = log_in("superuser")
+    task = atp.enqueue("tests.noop", {"text": "é" * 1000})
+    engine.log(task, "<b>start</b> " + "x" * 5000)
+    with CaptureQueriesContext(connection) as queries:
+        inputs_page = admin.get("/admin/atp/inputs/").content.decode()
+        history_page = admin.get("/admin/atp/logrecord/").content.decode()
+    # Measured by the database, in bytes: {"text":"…"} is 11 + 2 × 1000 (é is two bytes).
+    assert ">2,011 bytes<" in inputs_page
+    assert "&lt;b&gt;start&lt;/b&gt; xxx" in history_page and "x" * 100 not in history_page
+    # Neither column is ever a column of the result, only inside LENGTH() or SUBSTR().
+    fetched = re.compile(r'(?<![(])"atp_(inputs"\."data|logrecord"\."message)"(,| FROM)')
+    assert not [q["sql"] for q in queries.captured_queries if fetched.search(q["sql"])]

@@ -1,0 +1,65 @@
+"""An operator's walk through the pages, in a real browser, with a real daemon."""
+
+import re
+
+import pytest
+from playwright.sync_api import expect
+
+import atp
+from atp.models import Instance
+from atp.states import Status
+from tests.factories import TaskFactory
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+
+def test_an_operator_logs_in_and_reads_the_dashboard(logged_in, live_server, noop_type):
+    atp.enqueue_many("tests.noop", [{}] * 3)
+    logged_in.goto(f"{live_server.url}/atp/")
+    row = logged_in.locator("#atp-type-counts tr", has_text="tests.noop")
+    expect(row.locator("td").nth(1)).to_have_text("3")
+    expect(logged_in.locator(".atp-figure", has_text="waiting to run")).to_contain_text("3")
+
+
+def test_the_admin_list_is_filtered_with_a_dropdown(logged_in, live_server, noop_type):
+    failed = TaskFactory(type=noop_type, status=Status.FAILED)
+    TaskFactory(type=noop_type, status=Status.FINISHED)
+    TaskFactory(type=noop_type)
+    logged_in.goto(f"{live_server.url}/admin/atp/instance/")
+    expect(logged_in.locator("#result_list tbody tr")).to_have_count(3)
+    status_filter = logged_in.locator("#changelist-filter select").nth(1)
+    with logged_in.expect_navigation():
+        status_filter.select_option(label="failed")
+    expect(logged_in.locator("#result_list tbody tr")).to_have_count(1)
+    expect(logged_in.locator("#result_list tbody")).to_contain_text(str(failed.pk))
+
+
+def test_a_tasks_timeline_grows_while_a_daemon_runs_it(logged_in, live_server, start_daemon):
+    atp.register_task_type("tests.sleep", "tests.handlers.sleep")
+    task = atp.enqueue("tests.sleep", {"seconds": 4, "progress": True})
+    logged_in.goto(f"{live_server.url}/atp/tasks/{task.pk}/")
+    expect(logged_in.locator("#atp-timeline tbody tr")).to_have_count(1)
+    logged_in.evaluate("window.stillTheSamePage = true")
+    daemon = start_daemon("--workers", 1)
+    running = logged_in.locator("#atp-timeline .atp-status-running")
+    expect(running).to_have_count(1, timeout=30_000)
+    expect(logged_in.locator("#atp-task-state")).to_have_text("running")
+    expect(logged_in.locator("#atp-timeline .atp-status-finished")).to_have_count(1, timeout=30_000)
+    expect(logged_in.locator("#atp-timeline tbody tr")).to_have_count(4)
+    assert logged_in.evaluate("window.stillTheSamePage") is True  # updated in place
+    assert Instance.objects.get(pk=task.pk).status == Status.FINISHED
+    daemon.stop()
+
+
+def test_a_failed_task_is_re_enqueued_from_the_admin(logged_in, live_server, noop_type):
+    failed = TaskFactory(type=noop_type, status=Status.FAILED)
+    logged_in.goto(f"{live_server.url}/admin/atp/instance/")
+    logged_in.check(f"input[name=_selected_action][value='{failed.pk}']")
+    logged_in.select_option("select[name=action]", "reenqueue_tasks")
+    with logged_in.expect_navigation():
+        logged_in.click("button[name=index]")
+    expect(logged_in.locator(".messagelist")).to_contain_text("1 re-enqueued")
+    assert Instance.objects.get(pk=failed.pk).status == Status.ACCEPTED
+    row = logged_in.locator("#result_list tbody tr", has_text=re.compile(rf"^\s*{failed.pk}\b"))
+    expect(logged_in.locator("#result_list")).to_contain_text("accepted")
+    assert row is not None

@@ -1,0 +1,39 @@
+import datetime
+
+import pytest
+from django.db.models import F
+
+import atp
+from atp import stats
+from atp.models import Instance
+from atp.states import Status
+from tests.factories import TaskFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def test_live_counts_come_from_the_queue_and_ended_counts_from_the_last_hour(noop_type, daemon):
+    old = TaskFactory(type=noop_type, status=Status.FAILED, daemon=daemon)
+    for status in (Status.RUNNING, Status.FINISHED, Status.FINISHED, Status.ACCEPTED):
+        TaskFactory(type=noop_type, status=status, daemon=daemon)
+    Instance.objects.filter(pk=old.pk).update(finished=F("finished") - datetime.timedelta(hours=2))
+    key = noop_type.pk
+    assert stats.live_counts() == {(key, Status.RUNNING): 1, (key, Status.ACCEPTED): 1}
+    assert stats.ended_counts() == {(key, Status.FINISHED): 2}
+    [typed] = [t for t in stats.types_with_counts() if t.pk == key]
+    assert typed.live[Status.ACCEPTED] == 1 and typed.ended[Status.FAILED] == 0
+
+
+def test_waiting_tells_runnable_from_delayed_and_the_oldest(noop_type):
+    first = atp.enqueue("tests.noop")
+    atp.enqueue("tests.noop")
+    atp.enqueue("tests.noop", countdown=300)
+    waiting = stats.waiting()
+    assert (waiting.runnable, waiting.delayed) == (2, 1)
+    assert waiting.oldest_since == first.task.not_before
+
+
+def test_a_cancelled_task_whose_worker_is_still_stopping_is_not_counted_live(noop_type, daemon):
+    running = TaskFactory(type=noop_type, status=Status.RUNNING, daemon=daemon)
+    atp.cancel(running)
+    assert stats.live_counts() == {}

@@ -1,0 +1,53 @@
+import datetime
+import re
+
+import pytest
+from django.db.models import F
+
+import atp
+from atp.models import Daemon
+from atp.states import Status
+from tests.factories import TaskFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def cells(page, identifier):
+    row = re.search(rf">{re.escape(identifier)}</a>.*?</tr>", page, re.S).group(0)
+    return [int(n) for n in re.findall(r'<td class="atp-num">(?:<a [^>]*>|<span class="atp-zero">)?(\d+)', row)]
+
+
+def test_the_dashboard_counts_tasks_by_type_and_state(log_in, noop_type, daemon):
+    client = log_in("view only")
+    atp.register_task_type("tests.echo", "tests.handlers.echo")
+    for status in (Status.RUNNING, Status.PAUSED, Status.FINISHED, Status.FAILED,
+                   Status.CANCELLED, Status.ACCEPTED, Status.ACCEPTED):
+        TaskFactory(type=noop_type, status=status, daemon=daemon)
+    TaskFactory(type=atp.get_type("tests.echo"), status=Status.SCHEDULED, daemon=daemon)
+    page = client.get("/atp/").content.decode()
+    # accepted, scheduled, running, paused | finished, failed, cancelled in the last hour
+    assert cells(page, "tests.noop") == [2, 0, 1, 1, 1, 1, 1]
+    assert cells(page, "tests.echo") == [0, 1, 0, 0, 0, 0, 0]
+
+
+def test_the_dashboard_shows_the_waiting_queue_and_live_daemons(log_in, noop_type):
+    client = log_in("view only")
+    atp.enqueue_many("tests.noop", [{}] * 3)
+    atp.enqueue("tests.noop", countdown=600)
+    now = datetime.datetime.now(datetime.UTC)
+    Daemon.objects.create(host="alive", pid=1, started=now, heartbeat=now)
+    silent = Daemon.objects.create(host="silent", pid=2, started=now, heartbeat=now)
+    Daemon.objects.filter(pk=silent.pk).update(heartbeat=F("heartbeat") - datetime.timedelta(hours=1))
+    page = client.get("/atp/?partial=1").content.decode()
+    figures = re.findall(r'<div class="atp-value">([^<]+)</div><div class="atp-label">([^<]+)</div>', page)
+    figures = {label: value for value, label in figures}
+    assert figures["waiting to run"] == "3" and figures["delayed (eta)"] == "1"
+    assert figures["live daemons"] == "1"
+    assert figures["oldest waiting for"] != "—"
+    assert "alive:1" in page and "silent:2" not in page
+    assert "<html" not in page
+
+
+def test_the_dashboard_refreshes_itself(log_in):
+    page = log_in("view only").get("/atp/").content.decode()
+    assert 'data-atp-refresh="/atp/?partial=1"' in page and "atp/live.js" in page

@@ -90,22 +90,30 @@ def test_long_stopped_daemons_are_forgotten_once_no_task_records_them(noop_type)
     assert set(Daemon.objects.values_list("pk", flat=True)) == {recorded.pk, holding.pk}
 
 
+def still_running(process):
+    """Whether a process has not exited (a zombie has: only its parent has not reaped it)."""
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_killed_daemons_tasks_finish_elsewhere_and_never_run_twice_at_once(start_daemon, tmp_path):
     atp.register_task_type("tests.exclusive", "tests.handlers.exclusive_sleep")
     tasks = atp.enqueue_many("tests.exclusive", [{"directory": str(tmp_path), "seconds": 0.15}] * 500)
     doomed = start_daemon("--workers", 3)
-    survivor = start_daemon("--workers", 3)
+    survivor = start_daemon("--workers", 3, ATP_DAEMON_TIMEOUT_SECONDS=4)
     wait_until(lambda: Instance.objects.filter(status=Status.FINISHED).count() >= 100,
                timeout=120, message="100 tasks finished")
     workers = psutil.Process(doomed.pid).children()
     doomed.signal(signal.SIGKILL)
     doomed.wait(10)
-    # What the dead daemon still held: read once its workers are gone too (one may
-    # complete a task up to the kill) and before the survivor reaps, 2 s after the
+    # What the dead daemon still held: read once its workers have exited too (one may
+    # complete a task up to the kill), and before the survivor reaps it, 4 s after its
     # last heartbeat.
-    psutil.wait_procs(workers, timeout=10)
+    wait_until(lambda: not any(map(still_running, workers)), timeout=3, message="workers gone")
     held = set(Task.objects.filter(daemon__pid=doomed.pid).values_list("instance_id", flat=True))
 
     wait_until(lambda: Instance.objects.filter(status=Status.FINISHED).count() == 500,

@@ -121,10 +121,8 @@ def test_a_database_outage_is_ridden_out_by_running_tasks(postgres_only, start_d
                timeout=30, message="two tasks running")
     with database_refusing_connections(seconds=4):
         pass
-    try:
-        wait_until(lambda: finished_count() == 6, timeout=60, message="all tasks finished")
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}; the daemon said:\n{daemon.output()[-6000:]}") from None
+    wait_until(lambda: finished_count() == 6, timeout=60, message="all tasks finished",
+               output=daemon.output)
     for instance in Instance.objects.filter(pk__in=[t.pk for t in [*first, *queued]]):
         assert (instance.attempt, instance.restarts) == (1, 0)
     assert "database unavailable" in daemon.output()

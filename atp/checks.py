@@ -12,6 +12,7 @@ atp.E008  ATP_DAEMON_TIMEOUT_SECONDS leaves no lease: it must exceed two heartbe
 atp.E009  ATP_TRACEBACK_MAX_CHARS is not a positive integer.
 atp.E010  ATP_PROGRESS_INTERVAL_SECONDS is not a non-negative number.
 atp.E011  USE_TZ is False: task times come from the database clock as aware datetimes.
+atp.E012  ATP_MAX_INPUT_BYTES or ATP_MAX_RESPONSE_BYTES is not a positive integer.
 """
 
 from django.apps import apps
@@ -44,6 +45,9 @@ def check_settings(app_configs=None, **kwargs):
     errors += _non_negative_seconds("PROGRESS_INTERVAL_SECONDS", "atp.E010")
     if not _is_positive_int(conf.TRACEBACK_MAX_CHARS):
         errors.append(Error("ATP_TRACEBACK_MAX_CHARS must be a positive integer.", id="atp.E009"))
+    for name in ("MAX_INPUT_BYTES", "MAX_RESPONSE_BYTES"):
+        if not _is_positive_int(getattr(conf, name)):
+            errors.append(Error(f"ATP_{name} must be a positive integer (bytes).", id="atp.E012"))
     if not settings.USE_TZ:
         errors.append(Error(
             "django-atp needs USE_TZ = True.",

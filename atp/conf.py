@@ -67,6 +67,16 @@ class AtpSettings:
         return getattr(settings, "ATP_DAEMON_RETENTION_SECONDS", 7 * 24 * 3600)
 
     @property
+    def MAX_INPUT_BYTES(self):
+        """The largest inputs a task may have, in bytes as stored (a type may set its own)."""
+        return getattr(settings, "ATP_MAX_INPUT_BYTES", 1024 * 1024)
+
+    @property
+    def MAX_RESPONSE_BYTES(self):
+        """The largest response a task may store, in bytes (a type may set its own)."""
+        return getattr(settings, "ATP_MAX_RESPONSE_BYTES", 10 * 1024 * 1024)
+
+    @property
     def PURGE_BATCH_SIZE(self):
         """How many finished tasks one purge transaction deletes at most."""
         return getattr(settings, "ATP_PURGE_BATCH_SIZE", 500)

@@ -55,9 +55,21 @@ class InputsNotSerializable(AtpError, TypeError):
     """The task's inputs cannot be stored; nothing was enqueued."""
 
 
+class InputsTooLarge(AtpError, ValueError):
+    """The task's inputs are larger than its type allows; nothing was enqueued."""
+
+
 class TamperedInputs(AtpError):
     """The pickled inputs failed their signature check and were not unpickled."""
 
 
 class InvalidResponse(AtpError, TypeError):
     """The response cannot be stored: give bytes, text or a JSON-serialisable value."""
+
+
+class ResponseTooLarge(InvalidResponse):
+    """The response is larger than its task type allows; it was not stored."""
+
+
+class DaemonStopped(AtpError):
+    """This daemon was declared stopped; it may claim nothing more and must register again."""

@@ -11,6 +11,7 @@ import json
 from django.db import models
 from django.db.models import Q
 
+from atp.conf import conf
 from atp.serialization import TOKEN_END_CHARS, InputFormat, load_inputs, pickled_size
 from atp.states import IN_FLIGHT, LIVE, TERMINAL, Status
 
@@ -41,6 +42,14 @@ class Type(models.Model):
         null=True, blank=True,
         help_text="At most this many tasks of the type in flight; empty for no limit.",
     )
+    max_input_bytes = models.PositiveIntegerField(
+        null=True, blank=True,
+        help_text="Largest inputs a task may have, in bytes; empty for ATP_MAX_INPUT_BYTES.",
+    )
+    max_response_bytes = models.PositiveIntegerField(
+        null=True, blank=True,
+        help_text="Largest response a task may store, in bytes; empty for ATP_MAX_RESPONSE_BYTES.",
+    )
     is_paused = models.BooleanField(
         default=False, help_text="Paused types keep their queue but no task is started."
     )
@@ -57,6 +66,16 @@ class Type(models.Model):
 
     def __str__(self):
         return self.identifier
+
+    @property
+    def input_limit(self):
+        """Return the largest inputs its tasks may have, in bytes."""
+        return self.max_input_bytes or conf.MAX_INPUT_BYTES
+
+    @property
+    def response_limit(self):
+        """Return the largest response its tasks may store, in bytes."""
+        return self.max_response_bytes or conf.MAX_RESPONSE_BYTES
 
 
 class Daemon(models.Model):

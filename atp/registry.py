@@ -20,7 +20,7 @@ from django.utils.module_loading import autodiscover_modules
 
 from atp.conf import conf
 from atp.exceptions import InvalidHandler, InvalidParameter
-from atp.serialization import InputFormat
+from atp.serialization import InputFormat, check_text
 
 #: Module looked for in every installed app for ``@task_type`` declarations.
 AUTODISCOVER_MODULE = "tasks"
@@ -140,6 +140,7 @@ def clean_type_identifier(identifier):
     """Return a valid type identifier; raise ``InvalidParameter``."""
     if not isinstance(identifier, str) or not identifier.strip():
         raise InvalidParameter(f"a task type identifier must be a non-empty string, not {identifier!r}")
+    check_text(identifier, "a task type identifier")
     if len(identifier) > IDENTIFIER_MAX_LENGTH:
         raise InvalidParameter(
             f"a task type identifier has at most {IDENTIFIER_MAX_LENGTH} characters"
@@ -187,8 +188,7 @@ def _input_format(name, value):
 
 
 def _text(name, value):
-    if not isinstance(value, str):
-        raise InvalidParameter(f"{name} must be a string, not {value!r}")
+    check_text(value, name)
     return value
 
 
@@ -197,6 +197,8 @@ TYPE_PARAMETERS = {
     "max_restarts": functools.partial(_count, minimum=0, maximum=32767, allow_none=False),
     "retention": functools.partial(_duration, allow_none=True),
     "max_concurrency": functools.partial(_count, minimum=1, maximum=2**31 - 1, allow_none=True),
+    "max_input_bytes": functools.partial(_count, minimum=1, maximum=2**31 - 1, allow_none=True),
+    "max_response_bytes": functools.partial(_count, minimum=1, maximum=2**31 - 1, allow_none=True),
     "input_format": _input_format,
     "description": _text,
 }

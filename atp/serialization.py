@@ -19,7 +19,13 @@ from django.core import signing
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 
-from atp.exceptions import InputsNotSerializable, InvalidResponse, TamperedInputs
+from atp.exceptions import (
+    InputsNotSerializable,
+    InvalidParameter,
+    InvalidResponse,
+    ResponseTooLarge,
+    TamperedInputs,
+)
 
 TAG = "__atp__"
 PICKLE_SALT = "atp.inputs.pickle"
@@ -44,14 +50,71 @@ def load_inputs(text, input_format=InputFormat.JSON):
     return load_json(text)
 
 
+# -- text every database stores ------------------------------------------------------
+
+
+def text_fault(text):
+    """Return why no database stores ``text`` (a NUL, half a surrogate pair), or None."""
+    if "\x00" in text:
+        return "holds a NUL character, which PostgreSQL does not store"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return (f"holds a lone surrogate ({text[exc.start]!r} at position {exc.start}), "
+                "half of a UTF-16 pair, which is not text")
+    return None
+
+
+def check_text(text, what):
+    """Raise ``InvalidParameter`` unless ``text`` is a string every database stores."""
+    if not isinstance(text, str):
+        raise InvalidParameter(f"{what} must be a string, not {text!r}")
+    fault = text_fault(text)
+    if fault is not None:
+        raise InvalidParameter(f"{what} {fault}")
+
+
+def storable(text):
+    """Return ``text`` with what no database stores written as escapes (``\\x00``, ``\\ud800``).
+
+    For text that must be recorded whatever it holds: tracebacks, exception messages.
+    """
+    return text.replace("\x00", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 # -- JSON ----------------------------------------------------------------------------
 
 
 def dump_json(value):
     """Return ``value`` as tagged JSON text; raise ``InputsNotSerializable``."""
-    return json.dumps(
+    text = json.dumps(
         _to_json(value, "inputs"), ensure_ascii=False, separators=(",", ":"), allow_nan=False
     )
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        path, fault = _first_bad_text(value, "inputs")
+        raise InputsNotSerializable(f"{path} {fault}") from None
+    return text
+
+
+def _first_bad_text(value, path):
+    """Return ``(path, fault)`` of the first string (or key) in ``value`` no database stores."""
+    if isinstance(value, str):
+        fault = text_fault(value)
+        return (path, fault) if fault else None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found = _first_bad_text(key, f"{path} key {key!r}") or _first_bad_text(
+                item, f"{path}[{key!r}]")
+            if found:
+                return found
+    elif isinstance(value, (list, tuple, set, frozenset)):
+        for index, item in enumerate(value):
+            found = _first_bad_text(item, f"{path}[{index}]")
+            if found:
+                return found
+    return None
 
 
 def load_json(text):
@@ -184,21 +247,53 @@ def pickled_size(token_length, token_end):
 # -- responses -----------------------------------------------------------------------
 
 
-def encode_response(data, content_type=None):
+CONTENT_TYPE_MAX_LENGTH = 255
+
+
+def encode_response(data, content_type=None, *, max_bytes=None):
     """Return ``(bytes, content_type, charset)`` for a response; raise ``InvalidResponse``.
 
     Bytes are kept as they are, text is stored as UTF-8, and any other value is
-    stored as JSON.
+    stored as JSON. Raise ``ResponseTooLarge`` when the bytes exceed ``max_bytes``.
     """
     if isinstance(data, (bytes, bytearray, memoryview)):
-        return bytes(data), content_type or "application/octet-stream", ""
-    if isinstance(data, str):
-        return data.encode("utf-8"), content_type or "text/plain", "utf-8"
+        payload, default_type, charset = bytes(data), "application/octet-stream", ""
+    elif isinstance(data, str):
+        payload, default_type, charset = _utf8(data, "a str"), "text/plain", "utf-8"
+    else:
+        try:
+            text = json.dumps(data, cls=DjangoJSONEncoder, ensure_ascii=False)
+        except (TypeError, ValueError) as exc:
+            raise InvalidResponse(
+                f"a {type(data).__name__} cannot be stored as a response: give bytes, "
+                "text or a JSON-serialisable value"
+            ) from exc
+        payload, default_type, charset = _utf8(text, f"a {type(data).__name__}"), \
+            "application/json", "utf-8"
+    content_type = _content_type(content_type, default_type)
+    if max_bytes is not None and len(payload) > max_bytes:
+        raise ResponseTooLarge(
+            f"the response is {len(payload):,} bytes, more than the {max_bytes:,} bytes its "
+            "task type allows (max_response_bytes, ATP_MAX_RESPONSE_BYTES)"
+        )
+    return payload, content_type, charset
+
+
+def _utf8(text, what):
     try:
-        text = json.dumps(data, cls=DjangoJSONEncoder, ensure_ascii=False)
-    except (TypeError, ValueError) as exc:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
         raise InvalidResponse(
-            f"a {type(data).__name__} cannot be stored as a response: give bytes, "
-            "text or a JSON-serialisable value"
-        ) from exc
-    return text.encode("utf-8"), content_type or "application/json", "utf-8"
+            f"{what} cannot be stored as a response: it is not valid text ({text_fault(text)})"
+        ) from None
+
+
+def _content_type(content_type, default):
+    if content_type is None:
+        return default
+    fault = (text_fault(content_type) if isinstance(content_type, str) else "is not a string")
+    if fault is None and not 0 < len(content_type) <= CONTENT_TYPE_MAX_LENGTH:
+        fault = f"must have 1 to {CONTENT_TYPE_MAX_LENGTH} characters"
+    if fault is not None:
+        raise InvalidResponse(f"the content type {content_type!r:.80} {fault}")
+    return content_type

@@ -137,3 +137,24 @@ def spawn_stubborn_child(task, inputs):
     Path(inputs["pid_file"]).write_text(str(child.pid))
     while True:
         time.sleep(0.05)
+
+
+def fail_with_nul(task, inputs):
+    """Fail with a message no PostgreSQL text column stores."""
+    raise ValueError("a NUL\x00byte in the message")
+
+
+def return_lone_surrogate(task, inputs):
+    """Return text that is not valid Unicode (half of a surrogate pair), as text or JSON."""
+    if inputs.get("json"):
+        return {"text": "\udc80"}
+    return "half a pair: \ud800"
+
+
+def return_bytes(task, inputs):
+    return b"x" * int(inputs["bytes"])
+
+
+def set_big_response(task, inputs):
+    task.set_response(b"x" * int(inputs["bytes"]))
+    return None

@@ -29,6 +29,8 @@ def test_the_test_settings_pass_every_check():
         ({"ATP_DAEMON_TIMEOUT_SECONDS": 13, "ATP_HEARTBEAT_INTERVAL_SECONDS": 5}, ["atp.E008"]),
         ({"ATP_TRACEBACK_MAX_CHARS": 0}, ["atp.E009"]),
         ({"USE_TZ": False}, ["atp.E011"]),
+        ({"ATP_MAX_INPUT_BYTES": 0}, ["atp.E012"]),
+        ({"ATP_MAX_RESPONSE_BYTES": "10MB"}, ["atp.E012"]),
     ],
 )
 def test_each_bad_setting_has_its_own_error(settings, expected):

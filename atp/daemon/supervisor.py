@@ -31,9 +31,9 @@ from atp.daemon.pool import Assignment, Ending, WorkerPool, exit_cause, write_af
 from atp.daemon.wakeup import Listener
 from atp.db import retry_budget
 from atp.engine.base import database
-from atp.engine.claim import ClaimConflict, claimable_types
+from atp.engine.claim import claimable_types
 from atp.engine.types import sync_declared_types
-from atp.exceptions import TaskTypeNotFound
+from atp.exceptions import DaemonStopped, TaskTypeNotFound
 
 logger = logging.getLogger(__name__)
 
@@ -305,7 +305,10 @@ class Supervisor:
         sent = clock()
         if engine.heartbeat(self.daemon):
             self.lease.renew(sent)
-            return
+        else:
+            self._register_again()
+
+    def _register_again(self):
         logger.error("daemon %s was declared dead by another daemon: stopping its tasks and "
                      "registering again", self.daemon)
         # Each task is restarted once its worker is dead (refused if the reaper already
@@ -331,8 +334,8 @@ class Supervisor:
         self.polls.done(now)
         try:
             instances = engine.dequeue(self.daemon, limit=len(idle), types=self.config.types)
-        except ClaimConflict:
-            self.should_claim = True  # rolled back; the next round claims again
+        except DaemonStopped:
+            self._register_again()
             return
         except TaskTypeNotFound as exc:
             # A served type was unregistered: wait for it to come back, do not crash.

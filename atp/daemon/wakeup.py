@@ -66,17 +66,22 @@ class Listener:
         """Consume the notifications that arrived; return whether there were any."""
         if self.connection is None:
             return False
+        import psycopg
+
         try:
+            # notifies(timeout=...) needs psycopg 3.2 (setup.cfg requires it).
             return any(True for _ in self.connection.notifies(timeout=0))
-        except Exception:  # a dropped connection: poll until it is back
-            logger.warning("lost the LISTEN connection; polling until it is back")
+        except psycopg.Error as exc:  # a dropped connection: poll until it is back
+            logger.warning("lost the LISTEN connection (%s); polling until it is back", exc)
             self.close()
             return True
 
     def close(self):
         if self.connection is not None:
+            import psycopg
+
             try:
                 self.connection.close()
-            except Exception:
+            except psycopg.Error:
                 logger.debug("closing the LISTEN connection failed", exc_info=True)
             self.connection = None

@@ -3,22 +3,31 @@
 PostgreSQL (and MySQL/MariaDB) lock the claimed queue rows with ``FOR UPDATE SKIP
 LOCKED``: concurrent daemons each take different rows without waiting on each other.
 SQLite has no row locks; the claim runs in an immediate transaction, so claims are
-serialised by the database's single write lock. On every database the writes are
-also guarded (only waiting rows, only ACCEPTED tasks), so a claim that finds a row
-taken under it rolls back instead of taking the task twice.
+serialised by the database's single write lock.
+
+A claim first locks its daemon's registry row and refuses a daemon declared stopped
+(``DaemonStopped``): a reaper declaring it stopped waits for the claim to commit and
+then restarts what it took, or the claim waits for the reaper and takes nothing.
+A queue row that does not match its task (see ``atp.invariants``) is repaired and
+skipped, never allowed to fail the whole batch.
 """
 
+import datetime
 import logging
 
 from django.db import connections
-from django.db.models import Count, F
+from django.db.models import Count, F, OuterRef, Subquery
 from django.db.models.functions import Now
 
+from atp import registry
+from atp.conf import conf
 from atp.engine import hotpath
 from atp.engine.base import daemon_label, database, pk_of, queue_write
-from atp.exceptions import AtpError, InvalidParameter, TaskTypeNotFound
+from atp.engine.locks import for_update
+from atp.engine.transitions import move, write_history
+from atp.exceptions import DaemonStopped, InvalidParameter, TaskTypeNotFound
 from atp.models import Daemon, Instance, LogRecord, Task, Type
-from atp.states import IN_FLIGHT, Status
+from atp.states import IN_FLIGHT, TERMINAL, Status
 
 logger = logging.getLogger(__name__)
 
@@ -26,18 +35,14 @@ logger = logging.getLogger(__name__)
 CLAIM_ORDER = ("-priority", "not_before", "instance_id")
 
 
-class ClaimConflict(AtpError):
-    """A claimed queue row did not match its task; the claim was rolled back."""
-
-
 def dequeue(daemon, limit=1, *, types=None):
     """Claim up to ``limit`` runnable tasks for ``daemon``; return them SCHEDULED.
 
     Tasks are taken by priority, then by how long they have been runnable, skipping
     paused types, types at their ``max_concurrency``, tasks whose ``eta`` has not
-    come, and types outside ``types`` (a list of identifiers) when given. Each claimed
-    task starts a new attempt leased to ``daemon``. Raise ``InvalidParameter`` or
-    ``TaskTypeNotFound``.
+    come, held tasks, and types outside ``types`` (a list of identifiers) when given.
+    Each claimed task starts a new attempt leased to ``daemon``, and its time-out
+    clock starts. Raise ``InvalidParameter``, ``TaskTypeNotFound`` or ``DaemonStopped``.
     """
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise InvalidParameter(f"limit must be a positive integer, not {limit!r}")
@@ -55,7 +60,7 @@ def claimable_types(types=None):
     """Return ``{type id: max_concurrency}`` of unpaused types, among ``types`` when given."""
     rows = Type.objects.filter(is_paused=False)
     if types is not None:
-        types = list(types)
+        types = [registry.clean_type_identifier(identifier) for identifier in types]
         known = set(Type.objects.filter(identifier__in=types).values_list("identifier", flat=True))
         unknown = sorted(set(types) - known)
         if unknown:
@@ -66,26 +71,48 @@ def claimable_types(types=None):
 
 def runnable_tasks(type_ids):
     """Return the queue rows a claim may take, in claim order, locked as it reads them."""
-    waiting = Task.objects.filter(daemon__isnull=True, not_before__lte=Now())
-    waiting = waiting.filter(type_id__in=type_ids).order_by(*CLAIM_ORDER)
+    waiting = Task.objects.filter(
+        daemon__isnull=True, paused_since__isnull=True, not_before__lte=Now(),
+        type_id__in=type_ids,
+    ).order_by(*CLAIM_ORDER)
     if connections[database()].features.has_select_for_update_skip_locked:
         waiting = waiting.select_for_update(skip_locked=True)
     return waiting
 
 
+@queue_write
+def _claim(daemon, limit, limits):
+    if hotpath.is_available() and all(limit is None for limit in limits.values()):
+        instances, strays = hotpath.claim(daemon, limit, limits)
+    else:
+        _lock_daemon(daemon)
+        instances, strays = _claim_with_orm(daemon, limit, limits)
+    for pk in strays:
+        repair_stray_row(pk)
+    return instances
+
+
+def _lock_daemon(daemon):
+    """Lock ``daemon``'s registry row against a reaper; raise ``DaemonStopped`` if it is stopped."""
+    if not for_update(Daemon.objects.filter(pk=daemon.pk, stopped__isnull=True)).exists():
+        raise DaemonStopped(f"daemon {daemon} was declared stopped; it claims nothing")
+
+
 def _free_slots(limits):
-    """Return how many more tasks each type with a concurrency limit may have in flight."""
+    """Return how many more tasks each type with a concurrency limit may have running."""
     limited = [type_id for type_id, limit in limits.items() if limit is not None]
     if not limited:
         return {}
     # Locking the limited types' rows serialises the claims of those types across
     # daemons, so two daemons cannot both count the last free slot.
     list(Type.objects.select_for_update().filter(pk__in=limited).values_list("pk"))
-    in_flight = dict(
-        Instance.objects.filter(type_id__in=limited, status__in=IN_FLIGHT)
+    # What runs is what holds a lease: a task an operator ended or re-enqueued keeps
+    # its lease until its worker is stopped, and counts until then.
+    leased = dict(
+        Task.objects.filter(type_id__in=limited, daemon__isnull=False)
         .values("type_id").annotate(count=Count("pk")).values_list("type_id", "count")
     )
-    return {type_id: limits[type_id] - in_flight.get(type_id, 0) for type_id in limited}
+    return {type_id: limits[type_id] - leased.get(type_id, 0) for type_id in limited}
 
 
 def _take(limit, limits):
@@ -112,29 +139,26 @@ def _take(limit, limits):
     return taken
 
 
-@queue_write
-def _claim(daemon, limit, limits):
-    if hotpath.is_available() and all(limit is None for limit in limits.values()):
-        leased, instances = hotpath.claim(daemon, limit, limits)
-        if leased != len(instances):
-            logger.error("claim rolled back: %s leased, %s scheduled", leased, len(instances))
-            raise ClaimConflict()
-        return instances
+def _claim_with_orm(daemon, limit, limits):
+    """Claim with the ORM; return ``(instances in claim order, keys of stray rows)``."""
     pks = _take(limit, limits)
     if not pks:
-        return []
-    leased = Task.objects.filter(instance_id__in=pks, daemon__isnull=True).update(
-        daemon=daemon, claimed=Now()
+        return [], []
+    states = dict(for_update(Instance.objects.filter(pk__in=pks)).values_list("pk", "status"))
+    good = [pk for pk in pks if states.get(pk) == Status.ACCEPTED]
+    strays = [pk for pk in pks if states.get(pk) != Status.ACCEPTED]
+    if not good:
+        return [], strays
+    timeout = Subquery(Type.objects.filter(pk=OuterRef("type_id")).values("timeout")[:1])
+    Task.objects.filter(instance_id__in=good).update(
+        daemon=daemon, claimed=Now(), deadline=Now() + timeout
     )
-    scheduled = Instance.objects.filter(pk__in=pks, status=Status.ACCEPTED).update(
+    Instance.objects.filter(pk__in=good).update(
         status=Status.SCHEDULED, attempt=F("attempt") + 1, daemon=daemon, updated=Now()
     )
-    if leased != len(pks) or scheduled != len(pks):
-        logger.error("claim of %s rolled back: %s leased, %s scheduled", pks, leased, scheduled)
-        raise ClaimConflict()
-    position = {pk: index for index, pk in enumerate(pks)}
+    position = {pk: index for index, pk in enumerate(good)}
     instances = sorted(
-        Instance.objects.filter(pk__in=pks).select_related("type"),
+        Instance.objects.filter(pk__in=good).select_related("type"),
         key=lambda instance: position[instance.pk],
     )
     label = daemon_label(daemon)
@@ -143,4 +167,31 @@ def _claim(daemon, limit, limits):
                   attempt=instance.attempt, daemon=label)
         for instance in instances
     )
-    return instances
+    return instances, strays
+
+
+def repair_stray_row(pk):
+    """Mend the waiting queue row of task ``pk`` whose task is not ACCEPTED.
+
+    Call it with the row locked, inside the claim. An ended task's row is deleted; an
+    in-flight task that lost its lease goes back to the queue, claimable once any
+    worker still running it has surely been stopped (its daemon sees the lease gone).
+    """
+    status = for_update(Instance.objects.filter(pk=pk)).values_list("status", flat=True).first()
+    if status in TERMINAL:
+        Task.objects.filter(instance_id=pk).delete()
+        _note(pk, f"the queue found this {status} task still waiting and removed its stray "
+                  "queue row")
+    elif status in IN_FLIGHT:
+        delay = datetime.timedelta(seconds=conf.DAEMON_TIMEOUT_SECONDS)
+        Task.objects.filter(instance_id=pk).update(not_before=Now() + delay)
+        move(pk, Status.ACCEPTED, sources=set(IN_FLIGHT), changes={"started": None},
+             message=f"the queue found this {status} task held by no daemon: back in the "
+                     f"queue in {delay.total_seconds():g} s, once any worker still running "
+                     "it has been stopped")
+    logger.warning("task id=%s status=%s had a waiting queue row; repaired", pk, status)
+
+
+def _note(pk, message):
+    attempt = Instance.objects.filter(pk=pk).values_list("attempt", flat=True).get()
+    write_history(pk, None, attempt, message)

@@ -16,7 +16,8 @@ from django.db.models.functions import Now
 
 from atp.engine.base import load_on_access, pk_of, queue_write
 from atp.engine.lifecycle import hand_back, release, restart
-from atp.exceptions import InvalidTransition, TaskNotFound
+from atp.engine.locks import lock_task
+from atp.exceptions import TaskNotFound
 from atp.models import Daemon, Task
 from atp.states import IN_FLIGHT
 
@@ -48,41 +49,45 @@ def heartbeat(daemon):
 def retire_daemon(daemon, reason="daemon stopped"):
     """Record that ``daemon`` stopped of its own accord; return how many tasks it handed back.
 
-    Tasks it still holds go back to the queue without spending a restart (or, taken
-    from it by an operator, are let go of): a stopped daemon is never reaped, so
-    nothing may stay leased to it.
+    Tasks it still holds go back to the queue without spending a restart (a paused
+    one is held), and those an operator took from it are let go of: a stopped daemon
+    is never reaped, so nothing may stay leased to it.
     """
-    returned = _release_leases(daemon, lambda pk, attempt: hand_back(
-        pk, reason, attempt=attempt, daemon=daemon
-    ), counts=False)
     Daemon.objects.filter(pk=pk_of(daemon), stopped__isnull=True).update(stopped=Now())
-    return returned
+    return _let_go_of_leases(daemon, reason, spends_restart=False)
 
 
 @queue_write
 def restart_leases(daemon, reason):
     """Restart every task ``daemon`` runs, each spending a restart, and let go of those
     an operator took from it; return how many were restarted."""
-    return _release_leases(daemon, lambda pk, attempt: restart(pk, reason, attempt=attempt))
+    return _let_go_of_leases(daemon, reason, spends_restart=True)
 
 
-def _release_leases(daemon, verb, *, counts=True):
-    """Apply ``verb`` to each task ``daemon`` runs; let go of those taken from it."""
-    released = 0
-    leases = Task.objects.filter(daemon_id=pk_of(daemon)).values_list(
-        "instance_id", "instance__attempt", "instance__status"
-    )
-    for pk, attempt, status in list(leases):
+def _let_go_of_leases(daemon, reason, *, spends_restart):
+    """Give up every lease of ``daemon``; return how many tasks in flight went back."""
+    returned = 0
+    for pk in list(Task.objects.filter(daemon_id=pk_of(daemon)).values_list("instance_id", flat=True)):
         try:
-            if status in IN_FLIGHT:
-                verb(pk, attempt)
-            else:
-                release(pk, daemon=daemon)
-                continue
-        except (InvalidTransition, TaskNotFound):
+            returned += _let_go(pk, daemon, reason, spends_restart)
+        except TaskNotFound:
             continue
-        released += counts
-    return released
+    return returned
+
+
+@queue_write
+def _let_go(pk, daemon, reason, spends_restart):
+    # Decided under the task's locks: an operator's change landing meanwhile turns a
+    # restart into a release, rather than leaving the lease behind.
+    locked = lock_task(pk)
+    if locked.lease != pk_of(daemon):
+        return False
+    if locked.status not in IN_FLIGHT:
+        release(pk, daemon=pk_of(daemon))
+        return False
+    verb = restart if spends_restart else hand_back
+    verb(pk, reason, attempt=locked.attempt, daemon=daemon)
+    return True
 
 
 def stale_daemons(timeout, *, exclude=None):

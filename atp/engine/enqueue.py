@@ -17,9 +17,10 @@ from atp.db import database_now
 from atp.engine.base import database, queue_write
 from atp.engine.notify import notify_runnable
 from atp.engine.types import get_type
-from atp.exceptions import InvalidParameter, TaskAlreadyExists
+from atp.exceptions import InputsTooLarge, InvalidParameter, TaskAlreadyExists
 from atp.models import IDENTIFIER_MAX_LENGTH, Inputs, Instance, LogRecord, Task
-from atp.serialization import dump_inputs
+from atp.registry import DURATION_MAX
+from atp.serialization import check_text, dump_inputs
 from atp.states import Status
 
 PRIORITY_MIN, PRIORITY_MAX = -32768, 32767
@@ -39,7 +40,7 @@ def enqueue(type_identifier, inputs=None, *, identifier=None, priority=0, eta=No
     identifier = _clean_identifier(identifier)
     priority = _clean_priority(priority)
     schedule = _schedule(eta, countdown)
-    data = dump_inputs(inputs, task_type.input_format)
+    data = _dump(inputs, task_type)
     return _insert(task_type, [(identifier, data)], priority, schedule)[0]
 
 
@@ -52,10 +53,7 @@ def enqueue_many(type_identifier, inputs_list, *, priority=0, eta=None, countdow
     task_type = get_type(type_identifier)
     priority = _clean_priority(priority)
     schedule = _schedule(eta, countdown)
-    entries = [
-        (uuid.uuid4().hex, dump_inputs(inputs, task_type.input_format))
-        for inputs in inputs_list
-    ]
+    entries = [(uuid.uuid4().hex, _dump(inputs, task_type)) for inputs in inputs_list]
     if not entries:
         return []
     return _insert(task_type, entries, priority, schedule)
@@ -110,6 +108,19 @@ def _fill_primary_keys(task_type, instances):
         instance.pk = keys[instance.identifier]
 
 
+def _dump(inputs, task_type):
+    """Return ``inputs`` encoded for ``task_type``; raise ``InputsNotSerializable`` or ``InputsTooLarge``."""
+    data = dump_inputs(inputs, task_type.input_format)
+    size, limit = len(data.encode("utf-8")), task_type.input_limit
+    if size > limit:
+        raise InputsTooLarge(
+            f"the inputs are {size:,} bytes as stored, and tasks of type "
+            f"{task_type.identifier!r} take at most {limit:,} bytes (max_input_bytes, "
+            "ATP_MAX_INPUT_BYTES): pass a reference to the data (a file, a row) instead"
+        )
+    return data
+
+
 def _clean_identifier(identifier):
     if identifier is None:
         return uuid.uuid4().hex
@@ -117,6 +128,7 @@ def _clean_identifier(identifier):
         raise InvalidParameter(f"a task identifier must be a non-empty string, not {identifier!r}")
     if len(identifier) > IDENTIFIER_MAX_LENGTH:
         raise InvalidParameter(f"a task identifier has at most {IDENTIFIER_MAX_LENGTH} characters")
+    check_text(identifier, "a task identifier")
     return identifier
 
 
@@ -142,8 +154,16 @@ def _schedule(eta, countdown):
         return eta
     if countdown is None:
         return datetime.timedelta(0)
+    given = countdown
     if isinstance(countdown, (int, float)) and not isinstance(countdown, bool):
-        countdown = datetime.timedelta(seconds=countdown)
-    if not isinstance(countdown, datetime.timedelta) or countdown < datetime.timedelta(0):
-        raise InvalidParameter(f"countdown must be a non-negative number of seconds, not {countdown!r}")
+        try:
+            countdown = datetime.timedelta(seconds=countdown)
+        except (OverflowError, ValueError):  # infinite, not a number, or huge
+            countdown = None
+    if (not isinstance(countdown, datetime.timedelta)
+            or not datetime.timedelta(0) <= countdown <= DURATION_MAX):
+        raise InvalidParameter(
+            f"countdown must be a number of seconds (or a timedelta) from 0 to "
+            f"{DURATION_MAX.days} days, not {given!r}"
+        )
     return countdown

@@ -12,8 +12,10 @@ both, so both forms are held to the same behaviour.
 from django.db import connections
 
 from atp.engine.base import daemon_label, database
+from atp.engine.records import response_limit
 from atp.engine.transitions import refusal
-from atp.models import Inputs, Instance, LogRecord, Response, Task, Type
+from atp.exceptions import DaemonStopped
+from atp.models import Daemon, Inputs, Instance, LogRecord, Response, Task, Type
 from atp.serialization import encode_response
 from atp.states import Status
 
@@ -40,29 +42,43 @@ INSTANCE_WIDTH = len(Instance._meta.concrete_fields)
 TYPE_WIDTH = len(Type._meta.concrete_fields)
 LOG_COLUMNS = f"INSERT INTO {LOG} (instance_id, time, status, attempt, message, daemon)"
 
+DAEMON = Daemon._meta.db_table
+
+# The order of locks is the one of ``atp.engine.locks``: the daemon's row (a reaper
+# declaring it stopped waits for this claim, or this claim for the reaper), the
+# queue rows (skipping those another claim holds), then the tasks. A row whose task is
+# not ACCEPTED is not taken; its key comes back in ``strays`` for repair.
 CLAIM = f"""
-WITH picked AS (
+WITH alive AS (
+    SELECT id FROM {DAEMON} WHERE id = %(daemon)s AND stopped IS NULL FOR NO KEY UPDATE
+), picked AS (
     SELECT instance_id FROM {TASK}
-    WHERE daemon_id IS NULL AND not_before <= STATEMENT_TIMESTAMP() AND type_id = ANY(%(types)s)
+    WHERE daemon_id IS NULL AND paused_since IS NULL AND not_before <= STATEMENT_TIMESTAMP()
+        AND type_id = ANY(%(types)s) AND EXISTS (SELECT 1 FROM alive)
     ORDER BY priority DESC, not_before, instance_id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-), leased AS (
-    UPDATE {TASK} t SET daemon_id = %(daemon)s, claimed = STATEMENT_TIMESTAMP()
-    FROM picked WHERE t.instance_id = picked.instance_id AND t.daemon_id IS NULL
-    RETURNING t.instance_id, t.priority, t.not_before
 ), scheduled AS (
     UPDATE {INSTANCE} i
     SET status = '{Status.SCHEDULED}', attempt = i.attempt + 1, daemon_id = %(daemon)s,
         updated = STATEMENT_TIMESTAMP()
-    FROM leased WHERE i.id = leased.instance_id AND i.status = '{Status.ACCEPTED}'
+    FROM picked WHERE i.id = picked.instance_id AND i.status = '{Status.ACCEPTED}'
     RETURNING {_columns(Instance, "i")}
+), leased AS (
+    UPDATE {TASK} t SET daemon_id = %(daemon)s, claimed = STATEMENT_TIMESTAMP(),
+        deadline = STATEMENT_TIMESTAMP() + ty.timeout
+    FROM scheduled s, {TYPE} ty WHERE t.instance_id = s.id AND ty.id = t.type_id
+    RETURNING t.instance_id, t.priority, t.not_before
 ), logged AS (
     {LOG_COLUMNS}
     SELECT id, STATEMENT_TIMESTAMP(), '{Status.SCHEDULED}', attempt, '', %(label)s FROM scheduled
 )
-SELECT counted.leased, {_columns(Instance, "s")}, {_columns(Type, "ty")}
-FROM (SELECT count(*) AS leased FROM leased) AS counted
+SELECT meta.alive, meta.strays, {_columns(Instance, "s")}, {_columns(Type, "ty")}
+FROM (
+    SELECT (SELECT count(*) FROM alive) AS alive,
+        (SELECT array_agg(instance_id) FROM picked
+         WHERE instance_id NOT IN (SELECT id FROM scheduled)) AS strays
+) AS meta
 LEFT JOIN (scheduled s JOIN {TYPE} ty ON ty.id = s.type_id JOIN leased l ON l.instance_id = s.id)
     ON true
 ORDER BY l.priority DESC, l.not_before, s.id
@@ -70,34 +86,34 @@ ORDER BY l.priority DESC, l.not_before, s.id
 
 
 def claim(daemon, limit, type_ids):
-    """Lease and schedule up to ``limit`` runnable tasks; return ``(leased, instances)``."""
+    """Lease and schedule up to ``limit`` runnable tasks; return ``(instances, strays)``.
+
+    Raise ``DaemonStopped`` when ``daemon`` was declared stopped.
+    """
     with connections[database()].cursor() as cursor:
         cursor.execute(CLAIM, {
             "types": list(type_ids), "limit": limit, "daemon": daemon.pk,
             "label": daemon_label(daemon),
         })
         rows = cursor.fetchall()
-    leased = rows[0][0] if rows else 0
+    alive, strays = rows[0][:2]
+    if not alive:
+        raise DaemonStopped(f"daemon {daemon} was declared stopped; it claims nothing")
     instances = []
     for row in rows:
-        if row[1] is None:
+        if row[2] is None:
             continue
-        instance = _build(Instance, row[1:1 + INSTANCE_WIDTH])
-        instance.type = _build(Type, row[1 + INSTANCE_WIDTH:])
+        instance = _build(Instance, row[2:2 + INSTANCE_WIDTH])
+        instance.type = _build(Type, row[2 + INSTANCE_WIDTH:])
         instances.append(instance)
-    return leased, instances
+    return instances, strays or []
 
 
 START = f"""
-WITH lease AS (
-    UPDATE {TASK} t SET deadline = STATEMENT_TIMESTAMP() + ty.timeout
-    FROM {TYPE} ty WHERE t.instance_id = %(pk)s AND ty.id = t.type_id
-    RETURNING t.instance_id
-), started AS (
+WITH started AS (
     UPDATE {INSTANCE} i
     SET status = '{Status.RUNNING}', started = STATEMENT_TIMESTAMP(), updated = STATEMENT_TIMESTAMP()
-    FROM lease WHERE i.id = lease.instance_id AND i.status = '{Status.SCHEDULED}'
-        AND i.attempt = %(attempt)s
+    WHERE i.id = %(pk)s AND i.status = '{Status.SCHEDULED}' AND i.attempt = %(attempt)s
     RETURNING {_columns(Instance, "i")}
 ), logged AS (
     {LOG_COLUMNS}
@@ -112,7 +128,7 @@ def start(pk, attempt, daemon):
     """Move attempt ``attempt`` of task ``pk`` to RUNNING; return the task with its type and inputs.
 
     Raise ``InvalidTransition`` (or ``AttemptSuperseded``) when it is not SCHEDULED on
-    that attempt; the caller's transaction then rolls the lease update back.
+    that attempt; nothing is written then.
     """
     with connections[database()].cursor() as cursor:
         cursor.execute(START, {"pk": pk, "attempt": attempt, "label": daemon_label(daemon)})
@@ -127,7 +143,8 @@ def start(pk, attempt, daemon):
 
 FINISH = f"""
 WITH dequeued AS (
-    DELETE FROM {TASK} WHERE instance_id = %(pk)s RETURNING instance_id
+    DELETE FROM {TASK} WHERE instance_id = %(pk)s AND daemon_id IS NOT NULL
+    RETURNING instance_id
 ), finished AS (
     UPDATE {INSTANCE} i
     SET status = '{Status.FINISHED}', finished = STATEMENT_TIMESTAMP(), updated = STATEMENT_TIMESTAMP()
@@ -156,7 +173,8 @@ def finish(pk, attempt, message, daemon, response, content_type):
     Raise ``InvalidResponse`` before writing for a response that cannot be stored, and
     ``InvalidTransition`` when the task is not running on that attempt.
     """
-    stored = (None, "", "") if response is None else encode_response(response, content_type)
+    stored = (None, "", "") if response is None else encode_response(
+        response, content_type, max_bytes=response_limit(pk))
     data, content_type, charset = stored
     with connections[database()].cursor() as cursor:
         cursor.execute(FINISH, {

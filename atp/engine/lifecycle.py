@@ -5,18 +5,24 @@ operator's change), the write is refused with ``AttemptSuperseded`` or
 ``InvalidTransition`` (fencing). A daemon's lease on a task (``Task.daemon``) is given
 up only here: when its worker ends the task (``finish``, ``fail``), when the daemon
 hands it back or restarts it after its worker is gone (``hand_back``, ``restart``), or
-when it lets go of a task an operator took from it (``release``). Verbs return the
-task's attempt number.
+when it lets go of a task an operator took from it (``release``). Verbs that decide
+from the task's rows lock them first (``atp.engine.locks``). Verbs return the task's
+attempt number.
+
+A task that was PAUSED when its attempt was lost (its daemon stopped or died) is not
+run again on its own: it is *held*, PAUSED with an unleased queue row that no claim
+takes, until an operator resumes it (``steering.resume``) or re-enqueues it.
 """
 
-from django.db.models import F, OuterRef, Subquery
+from django.db.models import F
 from django.db.models.functions import Now
 
 from atp.engine import hotpath
 from atp.engine.base import pk_of, queue_write
+from atp.engine.locks import lock_task
 from atp.engine.notify import notify_runnable
 from atp.engine.records import store_response
-from atp.engine.transitions import move, refusal
+from atp.engine.transitions import move, refusal, write_history
 from atp.exceptions import InvalidTransition
 from atp.models import Instance, Task, Type
 from atp.states import IN_FLIGHT, Status
@@ -27,13 +33,17 @@ def queue_row(pk):
     return Task.objects.filter(instance_id=pk)
 
 
-def _release_lease(rows):
-    rows.update(daemon=None, claimed=None, deadline=None, paused_since=None)
+def release_lease(pk, *, hold=False):
+    """Make task ``pk``'s queue row unleased; ``hold`` keeps it out of claims (paused)."""
+    changes = {"daemon": None, "claimed": None, "deadline": None}
+    if not hold:
+        changes["paused_since"] = None
+    queue_row(pk).update(**changes)
 
 
 @queue_write
 def start(instance, *, attempt=None, daemon=None):
-    """Move a SCHEDULED task to RUNNING and start its time-out clock."""
+    """Move a SCHEDULED task to RUNNING (its time-out clock runs since the claim)."""
     return _start(pk_of(instance), attempt, daemon)
 
 
@@ -48,8 +58,6 @@ def start_and_load(instance, *, attempt, daemon=None):
 
 
 def _start(pk, attempt, daemon):
-    timeout = Subquery(Type.objects.filter(pk=OuterRef("type_id")).values("timeout")[:1])
-    queue_row(pk).update(deadline=Now() + timeout)
     return move(
         pk, Status.RUNNING, sources={Status.SCHEDULED}, attempt=attempt,
         changes={"started": Now()}, daemon=daemon,
@@ -69,7 +77,7 @@ def finish(instance, message="", *, attempt=None, daemon=None, response=None,
     pk = pk_of(instance)
     if attempt is not None and hotpath.is_available():
         return hotpath.finish(pk, attempt, message, daemon, response, content_type)
-    _leave_queue(pk, attempt)
+    _leave_queue(pk, attempt, Status.FINISHED)
     if response is not None:
         store_response(pk, response, content_type)
     return move(
@@ -86,18 +94,24 @@ def fail(instance, message="", *, attempt=None, daemon=None):
     lease until it has stopped the worker.
     """
     pk = pk_of(instance)
-    _leave_queue(pk, attempt)
+    _leave_queue(pk, attempt, Status.FAILED)
     return move(
         pk, Status.FAILED, sources=set(IN_FLIGHT), attempt=attempt,
         changes={"finished": Now()}, message=message, daemon=daemon,
     )
 
 
-def _leave_queue(pk, attempt):
-    rows = queue_row(pk)
-    # The holder of an attempt ends it itself; anyone else must leave a lease to the
-    # daemon that holds it, which lets go once its worker is stopped.
-    (rows if attempt is not None else rows.filter(daemon__isnull=True)).delete()
+def _leave_queue(pk, attempt, target):
+    if attempt is not None:
+        # The holder of an attempt ends it itself, and only while it holds the lease.
+        if not queue_row(pk).filter(daemon__isnull=False).delete()[0]:
+            raise refusal(pk, target, attempt=attempt)
+        return
+    # Anyone else leaves a lease to the daemon that holds it, which lets go once its
+    # worker is stopped; an unleased row (queued, or held) goes with the task.
+    locked = lock_task(pk)
+    if locked.has_row and not locked.is_leased:
+        queue_row(pk).delete()
 
 
 @queue_write
@@ -105,14 +119,13 @@ def restart(instance, reason, *, attempt=None, daemon=None):
     """Re-enqueue an in-flight task whose attempt was lost, spending one restart.
 
     Once the type's ``max_restarts`` are spent the task ends FAILED instead, with
-    ``reason`` and "restart limit reached" in its history. Call it only once no
-    worker runs the attempt any more.
+    ``reason`` and "restart limit reached" in its history. A PAUSED task is held
+    instead of re-enqueued. Call it only once no worker runs the attempt any more.
     """
     pk = pk_of(instance)
-    row = Instance.objects.values("restarts", "type__max_restarts").filter(pk=pk).first()
-    if row is None:
-        raise refusal(pk, Status.ACCEPTED, attempt=attempt)
-    spent, limit = row["restarts"], row["type__max_restarts"]
+    locked = lock_task(pk)
+    limit = Type.objects.values_list("max_restarts", flat=True).get(pk=locked.type_id)
+    spent = locked.restarts
     if spent >= limit:
         queue_row(pk).delete()
         return move(
@@ -120,11 +133,14 @@ def restart(instance, reason, *, attempt=None, daemon=None):
             where={"restarts": spent}, changes={"finished": Now()}, daemon=daemon,
             message=f"{reason}; restart limit reached ({limit} restarts)",
         )
-    _release_lease(queue_row(pk))
+    reason = f"{reason}; restart {spent + 1} of {limit}"
+    if locked.status == Status.PAUSED:
+        return hold(locked, attempt, reason, daemon=daemon, spends_restart=True)
+    release_lease(pk)
     attempt = move(
         pk, Status.ACCEPTED, sources=set(IN_FLIGHT), attempt=attempt,
         where={"restarts": spent}, changes={"restarts": F("restarts") + 1, "started": None},
-        daemon=daemon, message=f"{reason}; restart {spent + 1} of {limit}",
+        daemon=daemon, message=reason,
     )
     notify_runnable()
     return attempt
@@ -132,15 +148,45 @@ def restart(instance, reason, *, attempt=None, daemon=None):
 
 @queue_write
 def hand_back(instance, message="", *, attempt=None, daemon=None):
-    """Return an in-flight task to the queue without spending a restart (shutdown)."""
+    """Return an in-flight task to the queue without spending a restart (shutdown).
+
+    A PAUSED task is held instead: it runs again once an operator resumes it.
+    """
     pk = pk_of(instance)
-    _release_lease(queue_row(pk))
+    locked = lock_task(pk)
+    message = message or "handed back"
+    if locked.status == Status.PAUSED:
+        return hold(locked, attempt, message, daemon=daemon, spends_restart=False)
+    release_lease(pk)
     attempt = move(
         pk, Status.ACCEPTED, sources=set(IN_FLIGHT), attempt=attempt,
-        changes={"started": None}, message=message or "handed back", daemon=daemon,
+        changes={"started": None}, message=message, daemon=daemon,
     )
     notify_runnable()
     return attempt
+
+
+def hold(locked, attempt, reason, *, daemon, spends_restart):
+    """Keep a PAUSED task whose attempt was lost paused, off its daemon, until resumed.
+
+    Its state stays PAUSED (an operator paused it and nobody resumed it), its queue row
+    loses its lease and keeps ``paused_since``, which keeps it out of claims.
+    """
+    pk = locked.pk
+    rows = Instance.objects.filter(pk=pk, status=Status.PAUSED)
+    if attempt is not None:
+        rows = rows.filter(attempt=attempt)
+    changes = {"updated": Now(), "started": None}
+    if spends_restart:
+        changes["restarts"] = F("restarts") + 1
+    if not locked.is_leased or not rows.update(**changes):
+        raise refusal(pk, Status.ACCEPTED, attempt=attempt)
+    release_lease(pk, hold=True)
+    write_history(
+        pk, None, locked.attempt, f"{reason}; attempt {locked.attempt} is lost and the task "
+        "stays paused: resume it to run it again", daemon,
+    )
+    return locked.attempt
 
 
 @queue_write
@@ -152,18 +198,17 @@ def release(instance, *, daemon):
     still in flight: hand it back or restart it instead.
     """
     pk = pk_of(instance)
-    lease = queue_row(pk).filter(daemon=daemon)
-    # The queue row is locked before the task is read, as in every queue transaction.
-    if not list(lease.select_for_update().values_list("pk", flat=True)):
+    locked = lock_task(pk)
+    if locked.lease != getattr(daemon, "pk", daemon):
         return False
-    status = Instance.objects.filter(pk=pk).values_list("status", flat=True).first()
-    if status in IN_FLIGHT:
+    if locked.status in IN_FLIGHT:
         raise InvalidTransition(
-            f"task #{pk} is {status}: hand it back or restart it instead", current=status
+            f"task #{pk} is {locked.status}: hand it back or restart it instead",
+            current=locked.status,
         )
-    if status == Status.ACCEPTED:
-        _release_lease(lease)
+    if locked.status == Status.ACCEPTED:
+        release_lease(pk)
         notify_runnable()
     else:
-        lease.delete()
+        queue_row(pk).delete()
     return True

@@ -3,12 +3,12 @@
 import datetime
 
 from django.db import connections
-from django.db.models import Value
+from django.db.models import Exists, OuterRef, Value
 from django.db.models.functions import Now
 
 from atp.conf import conf
 from atp.engine.base import database, pk_of, queue_write
-from atp.engine.transitions import refusal
+from atp.engine.locks import lock_task
 from atp.engine.types import find_type
 from atp.exceptions import InvalidParameter, InvalidTransition
 from atp.models import Instance, Task, Type
@@ -21,30 +21,49 @@ DELETABLE = (Status.ACCEPTED, *TERMINAL)
 def delete_task(instance):
     """Delete a queued or ended task with its inputs, response and history.
 
-    Raise ``InvalidTransition`` for a task in flight (cancel it first) and
-    ``TaskNotFound`` for a missing one; nothing is deleted then.
+    Raise ``InvalidTransition`` for a task in flight (cancel it first), or one whose
+    last worker its daemon is still stopping, and ``TaskNotFound`` for a missing one;
+    nothing is deleted then.
     """
     pk = pk_of(instance)
-    # The waiting queue row goes first, so a claim cannot take the task meanwhile.
-    Task.objects.filter(instance_id=pk, daemon__isnull=True).delete()
-    deleted, _ = Instance.objects.filter(pk=pk, status__in=DELETABLE).delete()
-    if deleted:
-        return
-    error = refusal(pk, None)
-    if isinstance(error, InvalidTransition):
-        error = InvalidTransition(
-            f"task #{pk} is {error.current}: cancel it before deleting it", current=error.current
+    locked = lock_task(pk)
+    if locked.status not in DELETABLE:
+        raise InvalidTransition(
+            f"task #{pk} is {locked.status}: cancel it before deleting it", current=locked.status
         )
-    raise error
+    if locked.is_leased:
+        raise InvalidTransition(
+            f"task #{pk} is {locked.status} but its daemon is still stopping its last "
+            "worker: delete it in a moment", current=locked.status,
+        )
+    Instance.objects.filter(pk=pk).delete()
 
 
 @queue_write
 def delete_ended(pks):
     """Delete the ended tasks among ``pks`` with all they hold; return how many went.
 
-    Tasks not ended (or gone) are left alone; use ``delete_task`` to hear why.
+    Tasks not ended (or gone), and ended ones whose daemon is still stopping their
+    worker, are left alone; use ``delete_task`` to hear why.
     """
-    deleted, per_model = Instance.objects.filter(pk__in=list(pks), status__in=TERMINAL).delete()
+    return _delete_locked(Instance.objects.filter(pk__in=list(pks)))
+
+
+def _delete_locked(tasks):
+    """Delete the ended tasks of ``tasks`` off the queue that no verb holds; return how many.
+
+    Each is locked first and skipped if another transaction holds it (one re-enqueueing
+    it, say); a task with a queue row is left to the daemon or the claim that ends it.
+    """
+    ended = tasks.filter(status__in=TERMINAL).exclude(
+        Exists(Task.objects.filter(instance=OuterRef("pk")))
+    )
+    if connections[database()].features.has_select_for_update_skip_locked:
+        ended = ended.select_for_update(skip_locked=True)
+    pks = list(ended.values_list("pk", flat=True))
+    if not pks:
+        return 0
+    _, per_model = Instance.objects.filter(pk__in=pks).delete()
     return per_model.get(Instance._meta.label, 0)
 
 
@@ -87,14 +106,9 @@ def _clean_age(older_than):
 
 @queue_write
 def _purge_batch(type_id, age, batch_size):
-    ended = Instance.objects.filter(
+    expired = Instance.objects.filter(
         type_id=type_id, status__in=TERMINAL, finished__lt=Now() - Value(age)
     ).order_by("finished")
-    if connections[database()].features.has_select_for_update_skip_locked:
-        # An operator re-enqueueing one of these locks it first; leave it alone.
-        ended = ended.select_for_update(skip_locked=True)
-    pks = list(ended.values_list("pk", flat=True)[:batch_size])
-    if not pks:
-        return 0
-    _, per_model = Instance.objects.filter(pk__in=pks, status__in=TERMINAL).delete()
-    return per_model.get(Instance._meta.label, 0)
+    return _delete_locked(Instance.objects.filter(
+        pk__in=list(expired.values_list("pk", flat=True)[:batch_size])
+    ))

@@ -7,11 +7,12 @@ overwrite the work of the attempt that replaced it.
 
 from django.db.models.functions import Now
 
-from atp.engine.base import daemon_label, load_on_access, pk_of, queue_write
-from atp.engine.transitions import refusal
+from atp.conf import conf
+from atp.engine.base import load_on_access, pk_of, queue_write
+from atp.engine.transitions import refusal, write_history
 from atp.exceptions import InvalidParameter, InvalidTransition
-from atp.models import Instance, LogRecord, Response
-from atp.serialization import encode_response
+from atp.models import Instance, Response
+from atp.serialization import check_text, encode_response
 from atp.states import Status
 
 PROGRESS_MESSAGE_MAX_LENGTH = Instance._meta.get_field("progress_message").max_length
@@ -40,7 +41,8 @@ def set_response(instance, data, content_type=None, *, attempt=None):
     """Store ``data`` (bytes, text or a JSON value) as the task's response; return it.
 
     A second call replaces the first. With ``attempt`` (a handler's response) only
-    while that attempt runs. Raise ``InvalidResponse`` for other data.
+    while that attempt runs. Raise ``InvalidResponse`` for other data, and
+    ``ResponseTooLarge`` beyond the type's ``max_response_bytes``.
     """
     pk = pk_of(instance)
     _check_attempt(pk, attempt)
@@ -49,9 +51,19 @@ def set_response(instance, data, content_type=None, *, attempt=None):
     return store_response(pk, data, content_type)
 
 
+def response_limit(pk):
+    """Return the largest response task ``pk`` may store, in bytes."""
+    limit = Instance.objects.filter(pk=pk).values_list("type__max_response_bytes", flat=True)
+    return limit.first() or conf.MAX_RESPONSE_BYTES
+
+
 def store_response(pk, data, content_type=None):
-    """Write the response of task ``pk`` in the current transaction; return it."""
-    payload, content_type, charset = encode_response(data, content_type)
+    """Write the response of task ``pk`` in the current transaction; return it.
+
+    Raise ``InvalidResponse`` (or ``ResponseTooLarge``) before writing anything.
+    """
+    payload, content_type, charset = encode_response(
+        data, content_type, max_bytes=response_limit(pk))
     response, _ = Response.objects.update_or_create(
         instance_id=pk,
         defaults={"data": payload, "content_type": content_type, "charset": charset,
@@ -77,6 +89,8 @@ def set_progress(instance, done, total=None, message="", *, attempt=None):
     """Record how far a running task got: ``done`` of ``total`` (if known) and a message."""
     pk = pk_of(instance)
     check_progress(done, total)
+    message = str(message)
+    check_text(message, "a progress message")
     rows = Instance.objects.filter(pk=pk, status__in=(Status.RUNNING, Status.PAUSED))
     if attempt is not None:
         rows = rows.filter(attempt=attempt)
@@ -101,11 +115,10 @@ def log(instance, message, *, attempt=None, daemon=None):
     With ``attempt`` (a handler's line) only while that attempt runs.
     """
     pk = pk_of(instance)
+    message = str(message)
+    check_text(message, "a log message")
     _check_attempt(pk, attempt)
     row = Instance.objects.filter(pk=pk).values("attempt").first()
     if row is None:
         raise refusal(pk, None)
-    LogRecord.objects.create(
-        instance_id=pk, time=Now(), status=None, attempt=row["attempt"],
-        message=str(message), daemon=daemon_label(daemon),
-    )
+    write_history(pk, None, row["attempt"], message, daemon)

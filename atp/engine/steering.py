@@ -12,7 +12,8 @@ from django.db.models import F
 from django.db.models.functions import Now
 
 from atp.engine.base import pk_of, queue_write
-from atp.engine.lifecycle import fail, finish, queue_row, start
+from atp.engine.lifecycle import fail, finish, queue_row, release_lease, start
+from atp.engine.locks import lock_task
 from atp.engine.notify import notify_runnable
 from atp.engine.transitions import move, refusal
 from atp.exceptions import InvalidTransition, TaskAlreadyExists
@@ -26,14 +27,30 @@ ENDED_FOR_RETRY = (Status.FAILED, Status.CANCELLED)
 def pause(instance, message=""):
     """Move a RUNNING task to PAUSED and stop its time-out clock; its daemon suspends the worker."""
     pk = pk_of(instance)
+    lock_task(pk)
     queue_row(pk).filter(paused_since__isnull=True).update(paused_since=Now())
     return move(pk, Status.PAUSED, sources={Status.RUNNING}, message=message or "paused")
 
 
 @queue_write
 def resume(instance, message=""):
-    """Move a PAUSED task back to RUNNING; its deadline moves by the time it was paused."""
+    """Resume a PAUSED task.
+
+    A task its daemon still runs goes back to RUNNING, its deadline moved by the time
+    it was paused. A task held after its daemon went away goes back to the queue as
+    ACCEPTED, to run again from the start.
+    """
     pk = pk_of(instance)
+    locked = lock_task(pk)
+    if locked.is_held:
+        queue_row(pk).update(paused_since=None, not_before=Now())
+        attempt = move(
+            pk, Status.ACCEPTED, sources={Status.PAUSED}, changes={"started": None},
+            message=message or f"resumed: attempt {locked.attempt} was lost while paused, "
+                               "so the task starts again",
+        )
+        notify_runnable()
+        return attempt
     queue_row(pk).filter(paused_since__isnull=False).update(
         deadline=F("deadline") + (Now() - F("paused_since")), paused_since=None
     )
@@ -44,7 +61,9 @@ def resume(instance, message=""):
 def cancel(instance, message=""):
     """Move a live task to CANCELLED; a queued one leaves the queue, a running one is stopped."""
     pk = pk_of(instance)
-    queue_row(pk).filter(daemon__isnull=True).delete()
+    locked = lock_task(pk)
+    if locked.has_row and not locked.is_leased:
+        queue_row(pk).delete()
     return move(
         pk, Status.CANCELLED, sources=set(LIVE), changes={"finished": Now()},
         message=message or "cancelled",
@@ -61,36 +80,44 @@ def reenqueue(instance, message=""):
     or finished task is refused with ``InvalidTransition``. No restart is counted.
     """
     pk = pk_of(instance)
-    current = Instance.objects.filter(pk=pk).values_list("status", flat=True).first()
-    if current in ENDED_FOR_RETRY:
-        return _retry_ended(pk, message or f"re-enqueued after {current}")
-    if current not in IN_FLIGHT:
+    locked = lock_task(pk)
+    if locked.status in ENDED_FOR_RETRY:
+        return _retry_ended(locked, message or f"re-enqueued after {locked.status}")
+    if locked.status not in IN_FLIGHT:
         raise refusal(pk, Status.ACCEPTED)
-    # The lease stays with the daemon until it has stopped the worker.
+    # A lease stays with its daemon until it has stopped the worker; a held task's
+    # row is claimable at once.
     queue_row(pk).update(deadline=None, paused_since=None)
-    return move(
+    attempt = move(
         pk, Status.ACCEPTED, sources=set(IN_FLIGHT), changes={"started": None},
         message=message or "re-enqueued",
     )
+    if not locked.is_leased:
+        notify_runnable()
+    return attempt
 
 
-def _retry_ended(pk, message):
-    # An ended task's queue row, if any, is locked by nobody but its daemon letting
-    # go of it; the task is moved first, then the row made or left for the daemon.
+def _retry_ended(locked, message):
+    pk = locked.pk
     attempt = move(
         pk, Status.ACCEPTED, sources=set(ENDED_FOR_RETRY),
         changes={"restarts": 0, "started": None, "finished": None}, message=message,
     )
-    if queue_row(pk).exists():
+    if locked.is_leased:
         return attempt  # its daemon is still stopping the last worker; it lets go then
-    task = Instance.objects.values("type_id", "identifier", "priority").get(pk=pk)
-    try:
-        Task.objects.create(instance_id=pk, enqueued=Now(), not_before=Now(), **task)
-    except IntegrityError:
-        raise TaskAlreadyExists(
-            f"task #{pk} cannot be re-enqueued: a live task of its type has taken the "
-            f"identifier {task['identifier']!r}"
-        ) from None
+    if locked.has_row:
+        release_lease(pk)  # a stray row (see atp.invariants) serves again
+    else:
+        try:
+            Task.objects.create(
+                instance_id=pk, type_id=locked.type_id, identifier=locked.identifier,
+                priority=locked.priority, enqueued=Now(), not_before=Now(),
+            )
+        except IntegrityError:
+            raise TaskAlreadyExists(
+                f"task #{pk} cannot be re-enqueued: a live task of its type has taken the "
+                f"identifier {locked.identifier!r}"
+            ) from None
     notify_runnable()
     return attempt
 

@@ -10,6 +10,7 @@ from django.db.models.functions import Now
 from atp.engine.base import daemon_label
 from atp.exceptions import AttemptSuperseded, InvalidTransition, TaskNotFound
 from atp.models import Instance, LogRecord
+from atp.serialization import check_text
 from atp.states import describe_refusal, is_allowed
 
 
@@ -31,11 +32,18 @@ def move(pk, target, *, sources, attempt=None, where=None, changes=None, message
         raise refusal(pk, target, attempt=attempt)
     if attempt is None:
         attempt = Instance.objects.filter(pk=pk).values_list("attempt", flat=True).get()
+    write_history(pk, target, attempt, message, daemon)
+    return attempt
+
+
+def write_history(pk, status, attempt, message, daemon=None):
+    """Add an entry to task ``pk``'s history; raise ``InvalidParameter`` for a message
+    no database stores (the caller's transaction then rolls back)."""
+    check_text(message, "a history message")
     LogRecord.objects.create(
-        instance_id=pk, time=Now(), status=target, attempt=attempt, message=message,
+        instance_id=pk, time=Now(), status=status, attempt=attempt, message=message,
         daemon=daemon_label(daemon),
     )
-    return attempt
 
 
 def refusal(pk, target, *, attempt=None):

@@ -9,6 +9,7 @@ from atp.engine.base import queue_write
 from atp.engine.notify import notify_runnable
 from atp.exceptions import InvalidParameter, TaskTypeInUse, TaskTypeNotFound
 from atp.models import Instance, Type
+from atp.serialization import check_text
 
 
 def register_task_type(identifier, handler, **parameters):
@@ -26,6 +27,7 @@ def register_task_type(identifier, handler, **parameters):
         path = registry.register_handler(handler)
     else:
         path = str(handler)
+        check_text(path, "a handler path")
         registry.resolve_handler(path)
     return _save_type(identifier, path, parameters)
 
@@ -59,6 +61,8 @@ def get_type(identifier):
     """
     if isinstance(identifier, Type):
         return identifier
+    if isinstance(identifier, str):
+        registry.clean_type_identifier(identifier)
     try:
         return Type.objects.get(identifier=identifier)
     except Type.DoesNotExist:
@@ -132,6 +136,7 @@ def find_type(identifier):
         identifier = identifier.identifier
     if not isinstance(identifier, str):
         raise InvalidParameter(f"{identifier!r} is not a task type identifier")
+    registry.clean_type_identifier(identifier)
     try:
         return Type.objects.get(identifier=identifier)
     except Type.DoesNotExist:

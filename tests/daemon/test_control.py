@@ -5,6 +5,7 @@ import psutil
 import pytest
 
 import atp
+from atp.exceptions import InvalidTransition
 from atp.models import Instance, LogRecord
 from atp.states import Status
 from tests.processes import wait_until
@@ -153,10 +154,51 @@ def test_a_running_task_cancelled_and_deleted_does_not_stop_the_daemon(start_dae
     daemon = start_daemon("--workers", 1)
     wait_until(lambda: status_of(doomed) == Status.RUNNING, timeout=30, message="running")
     atp.cancel(doomed)
-    atp.delete_task(doomed)
+    with pytest.raises(InvalidTransition, match="still stopping its last worker"):
+        atp.delete_task(doomed)  # its lease still counts what runs
+    Instance.objects.filter(pk=doomed.pk).delete()  # as a careless script would
     after = atp.enqueue("tests.sleep", {"seconds": 0.1})
     wait_until(lambda: status_of(after) == Status.FINISHED, timeout=30, message="next task",
                output=daemon.output)
     assert daemon.process.poll() is None
     daemon.signal(signal.SIGTERM)
     assert daemon.wait(30) == 0
+
+
+class FakeWorker:
+    """What ``control.decide`` reads of a worker: its assignment and whether it is stopped."""
+
+    def __init__(self, assignment):
+        self.assignment = assignment
+        self.is_suspended = False
+
+    def is_stopped(self):
+        return False
+
+
+class FakePool:
+    def __init__(self, *workers):
+        self.workers = list(workers)
+
+    def busy(self):
+        return self.workers
+
+
+def test_a_task_stuck_before_its_handler_starts_times_out_from_its_claim():
+    """A worker stuck in SCHEDULED (an import that hangs, a lock) is stopped at the time-out."""
+    from atp import engine
+    from atp.daemon import control
+    from atp.daemon.pool import Assignment, Ending
+
+    atp.register_task_type("tests.quick", "tests.handlers.noop", timeout=0.2)
+    daemon = engine.register_daemon()
+    queued = atp.enqueue("tests.quick")
+    [claimed] = atp.dequeue(daemon)
+    worker = FakeWorker(Assignment(claimed.pk, claimed.attempt, "tests.quick",
+                                   "tests.handlers.noop", 0.2, daemon))
+    pool = FakePool(worker)
+    assert control.decide(pool, daemon, time.monotonic()) == []
+    time.sleep(0.3)
+    [decision] = control.decide(pool, daemon, time.monotonic())
+    assert (decision.action, decision.ending) == (control.Action.STOP, Ending.TIME_OUT)
+    assert status_of(queued) == Status.SCHEDULED

@@ -140,3 +140,95 @@ def test_progress_is_written_at_most_once_an_interval_and_the_latest_at_the_end(
     context.flush()
     stored = Instance.objects.get(pk=task.pk)
     assert (stored.progress_done, stored.progress_message) == (100, "row 100")
+
+
+def test_an_exception_whose_message_no_database_stores_fails_the_task_once(db, claimed):
+    atp.register_task_type("tests.nul", "tests.handlers.fail_with_nul")
+    task = claimed(atp.enqueue("tests.nul"))
+    run_task(task.pk, task.attempt, task.type.handler)
+    instance, last = ran(task)
+    assert (instance.status, instance.restarts) == (Status.FAILED, 0)
+    assert last.message.rstrip().endswith(r"ValueError: a NUL\x00byte in the message")
+
+
+@pytest.mark.parametrize("inputs", [{}, {"json": True}], ids=["text", "json"])
+def test_a_returned_lone_surrogate_fails_the_task_once(db, claimed, inputs):
+    atp.register_task_type("tests.surrogate", "tests.handlers.return_lone_surrogate")
+    task = claimed(atp.enqueue("tests.surrogate", inputs))
+    run_task(task.pk, task.attempt, task.type.handler)
+    instance, last = ran(task)
+    assert (instance.status, instance.restarts) == (Status.FAILED, 0)
+    assert "cannot be stored as a response: it is not valid text" in last.message
+    assert not Response.objects.filter(instance=task).exists()
+
+
+class Ephemeral:
+    """A class that exists when a task is enqueued, and no more when it runs."""
+
+
+def test_pickled_inputs_naming_a_class_that_is_gone_fail_the_task_once(db, claimed, monkeypatch):
+    import tests.handlers
+
+    atp.register_task_type("tests.pickled", "tests.handlers.echo", input_format="pickle")
+    Ephemeral.__module__, Ephemeral.__qualname__ = "tests.handlers", "Ephemeral"
+    monkeypatch.setattr(tests.handlers, "Ephemeral", Ephemeral, raising=False)
+    task = claimed(atp.enqueue("tests.pickled", {"obj": Ephemeral()}))
+    monkeypatch.delattr(tests.handlers, "Ephemeral")
+    run_task(task.pk, task.attempt, task.type.handler)
+    instance, last = ran(task)
+    assert (instance.status, instance.restarts) == (Status.FAILED, 0)
+    assert last.message.startswith("not run: its inputs cannot be loaded (AttributeError:")
+    assert not LogRecord.objects.filter(instance=task, status=Status.RUNNING).exclude(
+        attempt=task.attempt).exists()
+
+
+@override_settings(ATP_MAX_RESPONSE_BYTES=1000)
+def test_a_response_beyond_the_size_limit_fails_the_task_once(db, claimed):
+    atp.register_task_type("tests.big", "tests.handlers.return_bytes")
+    atp.register_task_type("tests.bigger", "tests.handlers.return_bytes", max_response_bytes=5000)
+    task = claimed(atp.enqueue("tests.big", {"bytes": 1001}))
+    run_task(task.pk, task.attempt, task.type.handler)
+    instance, last = ran(task)
+    assert (instance.status, instance.restarts) == (Status.FAILED, 0)
+    assert "the response is 1,001 bytes, more than the 1,000 bytes" in last.message
+    assert not Response.objects.filter(instance=task).exists()
+    allowed = claimed(atp.enqueue("tests.bigger", {"bytes": 4000}))
+    run_task(allowed.pk, allowed.attempt, allowed.type.handler)
+    assert atp.get_response(allowed).size == 4000
+
+
+@override_settings(ATP_MAX_RESPONSE_BYTES=1000)
+def test_a_response_set_beyond_the_size_limit_is_refused(db, claimed):
+    from atp.exceptions import ResponseTooLarge
+
+    atp.register_task_type("tests.big", "tests.handlers.set_big_response")
+    task = claimed(atp.enqueue("tests.big", {"bytes": 2000}))
+    with pytest.raises(ResponseTooLarge, match="more than the 1,000 bytes"):
+        atp.set_response(task, b"x" * 2000)
+    run_task(task.pk, task.attempt, task.type.handler)
+    instance, last = ran(task)
+    assert instance.status == Status.FAILED and "ResponseTooLarge" in last.message
+    assert not Response.objects.filter(instance=task).exists()
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_errors_outside_the_handler_fail_once_and_the_worker_lives_on(start_daemon, tmp_path):
+    from tests.processes import wait_until
+
+    atp.register_task_type("tests.nul", "tests.handlers.fail_with_nul")
+    atp.register_task_type("tests.surrogate", "tests.handlers.return_lone_surrogate")
+    atp.register_task_type("tests.pid", "tests.handlers.report_pid")
+    poison = [atp.enqueue("tests.nul"), atp.enqueue("tests.surrogate", {})]
+    before = atp.enqueue("tests.pid", priority=1)
+    after = atp.enqueue("tests.pid", priority=-1)
+    daemon = start_daemon("--workers", 1)
+    wait_until(lambda: Instance.objects.get(pk=after.pk).status == Status.FINISHED, timeout=60,
+               message="all ran", output=daemon.output)
+    for task in poison:
+        instance = Instance.objects.get(pk=task.pk)
+        assert (instance.status, instance.attempt, instance.restarts) == (Status.FAILED, 1, 0)
+    assert "not valid text" in LogRecord.objects.filter(instance=poison[1]).last().message
+    assert atp.get_response(before).json() == atp.get_response(after).json(), \
+        "the worker was replaced"
+    assert "died" not in daemon.output()

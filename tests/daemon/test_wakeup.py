@@ -24,3 +24,29 @@ def test_an_idle_daemon_is_woken_by_a_committed_enqueue(postgres_only, start_dae
                timeout=10, message="notified task finished")
     daemon.signal(signal.SIGTERM)
     assert daemon.wait(30) == 0, daemon.output()
+
+
+def test_a_lost_listen_connection_means_polling_until_it_is_back(postgres_only, start_daemon):
+    from django.db import connection
+
+    atp.register_task_type("tests.echo", "tests.handlers.echo")
+    daemon = start_daemon("--workers", 1, "--poll-interval", 60)
+    wait_until(lambda: "LISTEN" in _listening(connection), timeout=30, message="listening")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                       "WHERE query = 'LISTEN atp_queue'")
+    wait_until(lambda: "lost the LISTEN connection" in daemon.output(), timeout=30,
+               message="the loss noticed", output=daemon.output)
+    wait_until(lambda: "LISTEN" in _listening(connection), timeout=30, message="listening again")
+    task = atp.enqueue("tests.echo")
+    wait_until(lambda: Instance.objects.get(pk=task.pk).status == Status.FINISHED,
+               timeout=10, message="notified task finished", output=daemon.output)
+    assert daemon.process.poll() is None
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait(30) == 0, daemon.output()
+
+
+def _listening(connection):
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT query FROM pg_stat_activity WHERE query = 'LISTEN atp_queue'")
+        return " ".join(row[0] for row in cursor.fetchall())

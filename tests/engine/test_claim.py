@@ -160,3 +160,13 @@ def test_concurrent_daemons_respect_a_concurrency_limit_together(db, tmp_path):
         claimed += json.loads(out)["claimed"]
     assert len(claimed) == 3
     assert Instance.objects.filter(status=Status.SCHEDULED).count() == 3
+
+
+def test_the_time_out_clock_starts_at_the_claim(db, daemon):
+    atp.register_task_type("tests.timed", "tests.handlers.noop", timeout=90)
+    atp.enqueue("tests.timed")
+    [claimed] = atp.dequeue(daemon)
+    lease = Task.objects.get(pk=claimed.pk)
+    assert lease.deadline - lease.claimed == datetime.timedelta(seconds=90)
+    engine.start(claimed, attempt=1)
+    assert Task.objects.get(pk=claimed.pk).deadline == lease.deadline

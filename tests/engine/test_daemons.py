@@ -5,6 +5,9 @@ import pytest
 from django.utils import timezone
 
 from atp import engine
+from atp.models import Instance, Task
+from atp.states import Status
+from tests.factories import TaskFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -15,3 +18,16 @@ def test_a_daemon_records_where_it_runs_on_the_database_clock():
     assert abs((daemon.started - timezone.now()).total_seconds()) < 60
     assert daemon.heartbeat == daemon.started or daemon.heartbeat > daemon.started
     assert str(daemon) == f"{socket.gethostname()}:{os.getpid()}"
+
+
+def test_retiring_a_daemon_hands_back_its_tasks_and_says_how_many(noop_type):
+    daemon = engine.register_daemon()
+    running = [TaskFactory(type=noop_type, status=Status.RUNNING, daemon=daemon) for _ in range(2)]
+    taken = TaskFactory(type=noop_type, status=Status.RUNNING, daemon=daemon)
+
+    engine.cancel(taken)
+    assert engine.retire_daemon(daemon) == 2
+    for task in Instance.objects.filter(pk__in=[t.pk for t in running]):
+        assert (task.status, task.restarts) == (Status.ACCEPTED, 0)
+    assert not Task.objects.filter(daemon=daemon).exists()
+    assert not Task.objects.filter(pk=taken.pk).exists()

@@ -117,3 +117,48 @@ def test_release_refuses_a_task_still_in_flight(noop_type, daemon):
     running = TaskFactory(type=noop_type, status=Status.RUNNING, daemon=daemon)
     with pytest.raises(InvalidTransition, match="hand it back or restart it instead"):
         engine.release(running, daemon=daemon)
+
+
+@pytest.mark.parametrize("lose", ["hand back", "restart", "retire", "reap"])
+def test_a_paused_task_whose_attempt_is_lost_stays_paused_until_resumed(noop_type, daemon, lose):
+    paused = TaskFactory(type=noop_type, status=Status.PAUSED, daemon=daemon)
+    if lose == "hand back":
+        engine.hand_back(paused, "daemon stopped", attempt=1, daemon=daemon)
+    elif lose == "restart":
+        engine.restart(paused, "worker died", attempt=1, daemon=daemon)
+    elif lose == "retire":
+        assert engine.retire_daemon(daemon) == 1
+    else:
+        assert engine.reap_daemon(daemon, "silent") == 1
+    held = Instance.objects.get(pk=paused.pk)
+    assert held.status == Status.PAUSED
+    assert held.restarts == (1 if lose in ("restart", "reap") else 0)
+    row = Task.objects.get(pk=paused.pk)
+    assert row.daemon is None and row.paused_since is not None
+    last = LogRecord.objects.filter(instance=paused).last()
+    assert last.status is None and "stays paused: resume it to run it again" in last.message
+    other = engine.register_daemon()
+    assert atp.dequeue(other) == [], "a held task must not run before it is resumed"
+    # A late write of the lost attempt is refused.
+    with pytest.raises(InvalidTransition):
+        engine.finish(paused, attempt=1, daemon=daemon)
+    atp.resume(paused)
+    assert Instance.objects.get(pk=paused.pk).status == Status.ACCEPTED
+    assert "attempt 1 was lost while paused" in LogRecord.objects.filter(instance=paused).last().message
+    [again] = atp.dequeue(other)
+    assert (again.pk, again.attempt) == (paused.pk, 2)
+
+
+@pytest.mark.parametrize("verb, status", [
+    (atp.cancel, Status.CANCELLED), (atp.reenqueue, Status.ACCEPTED),
+    (lambda t: atp.set_status(t, Status.FAILED), Status.FAILED),
+])
+def test_a_held_task_can_be_cancelled_reenqueued_or_failed(noop_type, daemon, verb, status):
+    paused = TaskFactory(type=noop_type, status=Status.PAUSED, daemon=daemon)
+    engine.hand_back(paused, "daemon stopped", attempt=1, daemon=daemon)
+    verb(paused)
+    assert Instance.objects.get(pk=paused.pk).status == status
+    if status == Status.ACCEPTED:
+        assert [t.pk for t in atp.dequeue(daemon)] == [paused.pk]
+    else:
+        assert not Task.objects.filter(pk=paused.pk).exists()

@@ -1,0 +1,149 @@
+"""Queue verbs racing each other, in a fixed order of their statements (``tests.interleave``).
+
+Each test pauses one verb inside its transaction at the statement where the race
+used to bite, runs a second verb on another connection until it is done or waits
+for a lock, then lets the first go on; the queue invariants must hold at the end,
+and the queue must still serve. The races are real on PostgreSQL; on SQLite the
+write lock serialises whole transactions, and the same tests check that nothing
+else goes wrong there.
+"""
+
+import pytest
+
+import atp
+from atp import engine
+from atp.exceptions import DaemonStopped, InvalidTransition
+from atp.invariants import check_queue
+from atp.models import Instance, LogRecord, Task
+from atp.states import Status
+from tests.factories import TaskFactory
+from tests.interleave import interleave
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+#: The last statement of a verb that moves a task: its history entry.
+LOGGED = r'INSERT INTO "atp_logrecord"'
+
+
+def assert_invariants(**options):
+    assert [str(v) for v in check_queue(**options)] == []
+
+
+def running_task(daemon):
+    return TaskFactory(type=atp.get_type("tests.noop"), status=Status.RUNNING, daemon=daemon)
+
+
+# The verbs that give up a lease while an operator may be ending the same task.
+LEASE_GIVERS = {
+    "restart": (lambda pk, d: engine.restart(pk, "worker died", attempt=1, daemon=d), LOGGED),
+    "hand back": (lambda pk, d: engine.hand_back(pk, "stopping", attempt=1, daemon=d), LOGGED),
+    "release": (lambda pk, d: engine.release(pk, daemon=d), r'UPDATE "atp_task"'),
+}
+
+
+@pytest.mark.parametrize("giver", LEASE_GIVERS)
+def test_a_cancel_racing_a_lease_given_up_leaves_no_stray_queue_row(noop_type, daemon, giver):
+    task = running_task(daemon)
+    if giver == "release":
+        atp.reenqueue(task)  # release lets go of a task an operator took away
+    give_up, pause_after = LEASE_GIVERS[giver]
+    first, second = interleave(lambda: give_up(task.pk, daemon), lambda: engine.cancel(task.pk),
+                               pause_after=pause_after)
+    first.get()
+    second.get()
+    assert Instance.objects.get(pk=task.pk).status == Status.CANCELLED
+    assert_invariants()
+    # The queue still serves: the next claim takes the next task.
+    waiting = atp.enqueue("tests.noop")
+    assert [t.pk for t in atp.dequeue(engine.register_daemon())] == [waiting.pk]
+
+
+def test_a_reenqueue_racing_a_release_keeps_the_task_queued(noop_type, daemon):
+    task = running_task(daemon)
+    atp.cancel(task)  # still leased: its daemon lets go once the worker is stopped
+    first, second = interleave(lambda: engine.release(task.pk, daemon=daemon),
+                               lambda: engine.reenqueue(task.pk),
+                               pause_after=r'FROM "atp_instance"')
+    assert first.get() is True
+    second.get()
+    assert Instance.objects.get(pk=task.pk).status == Status.ACCEPTED
+    assert_invariants()
+    [claimed] = atp.dequeue(engine.register_daemon())
+    assert claimed.pk == task.pk
+
+
+def test_a_claim_racing_the_reaper_of_its_daemon_is_restarted_not_stranded(noop_type, daemon):
+    queued = atp.enqueue("tests.noop")
+    first, second = interleave(lambda: engine.dequeue(daemon),
+                               lambda: engine.reap_daemon(daemon, "silent"),
+                               pause_after=r'atp_logrecord')
+    claimed, restarted = first.get(), second.get()
+    if claimed:  # the claim committed first: the reaper restarted what it took
+        assert ([t.pk for t in claimed], restarted) == ([queued.pk], 1)
+    task = Instance.objects.get(pk=queued.pk)
+    assert task.status == Status.ACCEPTED
+    assert_invariants()
+
+
+def test_a_stopped_daemon_claims_nothing(noop_type, daemon):
+    queued = atp.enqueue("tests.noop")
+    engine.reap_daemon(daemon, "silent")
+    with pytest.raises(DaemonStopped, match="was declared stopped"):
+        engine.dequeue(daemon)
+    assert Instance.objects.get(pk=queued.pk).status == Status.ACCEPTED
+    assert Task.objects.get(pk=queued.pk).daemon is None
+
+
+@pytest.mark.parametrize("limited", [False, True], ids=["no limit", "max_concurrency"])
+def test_a_claim_repairs_an_ended_tasks_stray_row_and_takes_the_others(noop_type, daemon, limited):
+    if limited:
+        atp.register_task_type("tests.noop", "tests.handlers.noop", max_concurrency=5)
+    stray, good = atp.enqueue("tests.noop"), atp.enqueue("tests.noop")
+    # What the cancel race used to leave behind: an ended task with a waiting row.
+    Instance.objects.filter(pk=stray.pk).update(status=Status.CANCELLED)
+    assert [t.pk for t in atp.dequeue(daemon, limit=2)] == [good.pk]
+    assert not Task.objects.filter(pk=stray.pk).exists()
+    repaired = LogRecord.objects.filter(instance=stray).last()
+    assert "removed its stray queue row" in repaired.message
+
+
+def test_a_claim_does_not_take_an_in_flight_task_whose_row_lost_its_lease(noop_type, daemon):
+    broken = running_task(daemon)
+    good = atp.enqueue("tests.noop")
+    Task.objects.filter(pk=broken.pk).update(daemon=None)
+    other = engine.register_daemon()
+    assert [t.pk for t in atp.dequeue(other, limit=2)] == [good.pk]
+    # Back in the queue, but not before any worker still running it has been stopped.
+    repaired = Instance.objects.get(pk=broken.pk)
+    assert (repaired.status, repaired.attempt) == (Status.ACCEPTED, 1)
+    assert atp.dequeue(other) == []
+
+
+@pytest.mark.parametrize("take_away", [
+    lambda pk: atp.cancel(pk), lambda pk: atp.reenqueue(pk),
+    lambda pk: atp.set_status(pk, Status.FINISHED),
+], ids=["cancel", "reenqueue", "operator finish"])
+def test_max_concurrency_counts_a_worker_still_being_stopped(db, daemon, take_away):
+    atp.register_task_type("tests.single", "tests.handlers.noop", max_concurrency=1)
+    running = TaskFactory(type=atp.get_type("tests.single"), status=Status.RUNNING, daemon=daemon)
+    waiting = atp.enqueue("tests.single")
+    take_away(running.pk)
+    other = engine.register_daemon()
+    assert atp.dequeue(other, limit=2) == [], "claimed beyond max_concurrency"
+    engine.release(running.pk, daemon=daemon)  # its worker is gone now
+    claimed = [t.pk for t in atp.dequeue(other, limit=2)]
+    assert len(claimed) == 1 and claimed[0] in (running.pk, waiting.pk)
+
+
+def test_operator_verbs_on_a_task_its_daemon_hands_back_meanwhile(noop_type, daemon):
+    """A pause racing a hand-back: refused or applied, never half of each."""
+    task = running_task(daemon)
+    first, second = interleave(
+        lambda: engine.hand_back(task.pk, "stopping", attempt=1, daemon=daemon),
+        lambda: engine.pause(task.pk), pause_after=LOGGED)
+    first.get()
+    with pytest.raises(InvalidTransition):
+        second.get()
+    assert Instance.objects.get(pk=task.pk).status == Status.ACCEPTED
+    assert Task.objects.get(pk=task.pk).paused_since is None
+    assert_invariants()

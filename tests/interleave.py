@@ -1,0 +1,123 @@
+"""Deterministic interleavings of two queue verbs, each on a database connection of its own.
+
+``interleave(first, second, pause_after=...)`` runs ``first`` in a thread until just
+after its first statement matching ``pause_after`` (a regular expression on the SQL),
+inside its transaction. It then runs ``second`` in another thread until ``second``
+either returns or waits for a lock that ``first`` holds, and only then lets ``first``
+go on. So the order of the two transactions' statements is the same at every run:
+no sleeps, no luck.
+
+On PostgreSQL "waits for a lock" is read from ``pg_stat_activity``. SQLite has one
+writer at a time: once ``first`` is paused inside its write transaction, ``second``
+cannot write before ``first`` commits, so ``first`` is let go as soon as ``second``
+has started.
+"""
+
+import re
+import threading
+import time
+from dataclasses import dataclass
+
+from django.db import connection, connections
+
+TIMEOUT_SECONDS = 20
+POLL_SECONDS = 0.01
+#: How long ``second`` gets on SQLite before ``first`` is let go (it can only wait).
+SQLITE_HEAD_START_SECONDS = 0.2
+
+
+@dataclass
+class Outcome:
+    """What a call returned, or the exception it raised."""
+
+    result: object = None
+    error: BaseException = None
+
+    def get(self):
+        """Return the result; raise what the call raised."""
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
+class _Thread(threading.Thread):
+    def __init__(self, call, name):
+        super().__init__(name=name, daemon=True)
+        self.call = call
+        self.outcome = Outcome()
+        self.backend_pid = None
+        self.started_calling = threading.Event()
+
+    def run(self):
+        try:
+            if connection.vendor == "postgresql":
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT pg_backend_pid()")
+                    self.backend_pid = cursor.fetchone()[0]
+            self.started_calling.set()
+            self.outcome.result = self.call()
+        except BaseException as exc:  # handed to the test, which raises it if it wants
+            self.outcome.error = exc
+        finally:
+            self.started_calling.set()
+            connections.close_all()
+
+
+def interleave(first, second, *, pause_after):
+    """Run ``first`` up to a statement, all of ``second`` it does not block, then the rest.
+
+    Return the two ``Outcome``. Raise ``AssertionError`` if ``first`` never runs a
+    statement matching ``pause_after``.
+    """
+    pattern = re.compile(pause_after)
+    reached, go = threading.Event(), threading.Event()
+
+    def pause_once(execute, sql, params, many, context):
+        result = execute(sql, params, many, context)
+        if not reached.is_set() and pattern.search(sql):
+            reached.set()
+            go.wait(TIMEOUT_SECONDS)
+        return result
+
+    def run_first():
+        with connection.execute_wrapper(pause_once):
+            return first()
+
+    one = _Thread(run_first, "interleave-first")
+    one.start()
+    while not reached.wait(POLL_SECONDS):
+        if not one.is_alive():
+            raise AssertionError(
+                f"the first call ended without a statement matching {pause_after!r}: "
+                f"{one.outcome.error or one.outcome.result!r}"
+            )
+    two = _Thread(second, "interleave-second")
+    two.start()
+    two.started_calling.wait(TIMEOUT_SECONDS)
+    _wait_until_done_or_blocked(two)
+    go.set()
+    one.join(TIMEOUT_SECONDS)
+    two.join(TIMEOUT_SECONDS)
+    assert not one.is_alive() and not two.is_alive(), "an interleaved call never returned"
+    return one.outcome, two.outcome
+
+
+def _wait_until_done_or_blocked(thread):
+    if thread.backend_pid is None:  # SQLite: it cannot get past the writer we paused
+        thread.join(SQLITE_HEAD_START_SECONDS)
+        return
+    give_up = time.monotonic() + TIMEOUT_SECONDS
+    while thread.is_alive() and not is_waiting_for_lock(thread.backend_pid):
+        if time.monotonic() > give_up:
+            raise AssertionError("the second call neither returned nor waited for a lock")
+        time.sleep(POLL_SECONDS)
+
+
+def is_waiting_for_lock(backend_pid):
+    """Return whether the PostgreSQL backend ``backend_pid`` waits for a lock right now."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", [backend_pid]
+        )
+        row = cursor.fetchone()
+    return row is not None and row[0] == "Lock"

@@ -12,6 +12,7 @@ from django.db import models
 from django.db.models import Q
 
 from atp.conf import conf
+from atp.processes import ProcessIdentity
 from atp.serialization import TOKEN_END_CHARS, InputFormat, load_inputs, pickled_size
 from atp.states import IN_FLIGHT, LIVE, TERMINAL, Status
 
@@ -83,8 +84,11 @@ class Daemon(models.Model):
 
     host = models.CharField(max_length=255)
     pid = models.PositiveIntegerField()
-    process_started = models.FloatField(
-        default=0.0, help_text="When its process started, on its host's clock (Unix time)."
+    # Who its process is, by what a wall-clock step does not move (see atp.processes).
+    boot_id = models.CharField(max_length=64, blank=True, help_text="Its host's boot id.")
+    pid_namespace = models.CharField(max_length=64, blank=True)
+    process_start_ticks = models.BigIntegerField(
+        null=True, blank=True, help_text="When its process started, in clock ticks since boot."
     )
     started = models.DateTimeField()
     heartbeat = models.DateTimeField()
@@ -97,6 +101,11 @@ class Daemon(models.Model):
 
     def __str__(self):
         return f"{self.host}:{self.pid}"
+
+    @property
+    def identity(self):
+        """Return who its process is on its host, as a ``ProcessIdentity``."""
+        return ProcessIdentity(self.boot_id, self.pid_namespace, self.pid, self.process_start_ticks)
 
 
 class Instance(models.Model):

@@ -158,3 +158,13 @@ def return_bytes(task, inputs):
 def set_big_response(task, inputs):
     task.set_response(b"x" * int(inputs["bytes"]))
     return None
+
+
+def spawn_sleep(task, inputs):
+    """Start ``sleep 600``, note its pid, then run until stopped."""
+    import subprocess
+
+    child = subprocess.Popen(["sleep", "600"])
+    Path(inputs["pid_file"]).write_text(str(child.pid))
+    while True:
+        time.sleep(0.05)

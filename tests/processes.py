@@ -48,28 +48,44 @@ FAST_TIMERS = {
 
 
 class Daemon:
-    """An ``atpd`` started as a real process, its output kept in a file."""
+    """An ``atpd`` started as a real process, its output kept in a file.
 
-    def __init__(self, directory, *args, **settings):
+    With ``hostname`` it runs in a UTS namespace of its own under that host name, as
+    on another host (``unshare``, as root); with ``own_pid_namespace`` also in a PID
+    namespace of its own, as in a container of its own.
+    """
+
+    def __init__(self, directory, *args, hostname=None, own_pid_namespace=False, **settings):
         self.log_path = Path(directory) / f"atpd-{time.monotonic_ns()}.log"
         self.log = open(self.log_path, "w")
         settings = {**FAST_TIMERS, **settings}
         env = environment(**{name: str(value) for name, value in settings.items()})
+        command = [sys.executable, "-m", "django", "atpd", "--log-level", "DEBUG", *map(str, args)]
+        # unshare forks the daemon only into a PID namespace of its own.
+        self.has_launcher = hostname is not None and own_pid_namespace
+        if hostname is not None:
+            command = namespaced(command, hostname, own_pid_namespace)
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "django", "atpd", "--log-level", "DEBUG", *map(str, args)],
-            cwd=PROJECT_ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT,
+            command, cwd=PROJECT_ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT,
         )
 
     @property
     def pid(self):
-        return self.process.pid
+        """Return the daemon's pid as this process sees it."""
+        if not self.has_launcher:
+            return self.process.pid
+        import psutil
+
+        launcher = psutil.Process(self.process.pid)
+        wait_until(launcher.children, timeout=10, message="atpd started in its namespace")
+        return launcher.children()[0].pid
 
     def output(self):
         self.log.flush()
         return self.log_path.read_text()
 
     def signal(self, signum):
-        self.process.send_signal(signum)
+        os.kill(self.pid, signum)
 
     def wait(self, timeout):
         """Wait for the daemon to exit; return its exit code."""
@@ -85,6 +101,22 @@ class Daemon:
             self.process.kill()
             self.process.wait()
         self.log.close()
+
+
+def namespaced(command, hostname, own_pid_namespace):
+    """Return ``command`` run under ``hostname`` in namespaces of its own (needs root)."""
+    unshare = ["unshare", "--uts"]
+    if own_pid_namespace:
+        unshare += ["--pid", "--fork", "--mount-proc", "--kill-child"]
+    set_name = "import os, socket, sys; socket.sethostname(sys.argv[1]); os.execv(sys.argv[2], sys.argv[2:])"
+    return [*unshare, "--", sys.executable, "-c", set_name, hostname, *command]
+
+
+def can_make_namespaces():
+    """Return whether this process may start others in namespaces of their own."""
+    import shutil
+
+    return os.geteuid() == 0 and shutil.which("unshare") is not None
 
 
 def wait_until(predicate, timeout, interval=0.05, message="condition", output=None):

@@ -8,13 +8,18 @@ import datetime
 import logging
 import socket
 
-import psutil
-
-from atp import engine
+from atp import engine, processes
 from atp.conf import conf
+from atp.daemon.lease import clock
+from atp.db import database_now
+from atp.engine.base import database
 from atp.models import Daemon
+from atp.processes import Seen
 
 logger = logging.getLogger(__name__)
+
+#: How far apart the database's clock and this host's boot-time clock may be read.
+BOOT_MARGIN = datetime.timedelta(seconds=1)
 
 
 def reap_stale_daemons(me):
@@ -35,30 +40,53 @@ def reap_gone_daemons_on_this_host(me):
     """Restart at once the tasks of earlier daemons of this host whose process is gone.
 
     A daemon restarted after a crash (or a reboot) needs not wait for the heartbeat
-    timeout: the host can tell for sure that the old process no longer exists.
+    timeout: the host can tell for sure that the old process no longer exists. A
+    daemon that reports this host's name from another PID namespace, or from another
+    machine, is not for this one to judge: it is left to the heartbeat timeout, with a
+    warning.
     """
     restarted = 0
+    booted = _boot_moment()
     candidates = Daemon.objects.filter(host=socket.gethostname(), stopped__isnull=True)
     for daemon in candidates.exclude(pk=me.pk):
-        if _is_running(daemon):
+        seen = processes.see(daemon.identity)
+        if seen is Seen.RUNNING:
             continue
-        count = engine.reap_daemon(daemon, f"daemon {daemon} is gone (found by {me})")
+        if seen is Seen.ELSEWHERE:
+            if not _ran_before_this_boot(daemon, booted):
+                _warn_of_a_twin(daemon, me)
+                continue
+            why = f"daemon {daemon} ran before this host rebooted (found by {me})"
+        else:
+            why = f"daemon {daemon} is gone (found by {me})"
+        count = engine.reap_daemon(daemon, why)
         logger.log(logging.WARNING if count else logging.INFO,
-                   "daemon %s is gone: %s task(s) restarted", daemon, count)
+                   "%s: %s task(s) restarted", why, count)
         restarted += count
     return restarted
 
 
-def _is_running(daemon):
-    try:
-        process = psutil.Process(daemon.pid)
-        # A recycled pid belongs to a process that started at another time; both times
-        # come from this host's clock.
-        return abs(process.create_time() - daemon.process_started) < 1
-    except psutil.NoSuchProcess:
-        return False
-    except psutil.Error:
-        return True  # cannot tell (another user's process): leave it to the heartbeat
+def _boot_moment():
+    """Return when this host booted, on the database clock (the boot-time clock counts
+    seconds since boot, whatever happens to the wall clock)."""
+    return database_now(database()) - datetime.timedelta(seconds=clock())
+
+
+def _ran_before_this_boot(daemon, booted):
+    # A daemon of this host's previous boot: another boot id, silent since before ours.
+    mine = processes.boot_id()
+    return bool(daemon.boot_id and mine and daemon.boot_id != mine
+                and daemon.heartbeat < booted - BOOT_MARGIN)
+
+
+def _warn_of_a_twin(daemon, me):
+    logger.warning(
+        "daemon %s reports this host's name (%s) but runs in another PID namespace or on "
+        "another machine (boot id %s, %s; this one: %s, %s): give each host or container "
+        "a host name of its own. Until then a dead daemon there is found by its silent "
+        "heartbeat only.", daemon, me.host, daemon.boot_id or "unknown",
+        daemon.pid_namespace or "unknown", me.boot_id or "unknown", me.pid_namespace or "unknown",
+    )
 
 
 def purge_expired(max_batches=1):

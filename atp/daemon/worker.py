@@ -1,17 +1,23 @@
 """A worker process: runs the tasks its supervisor sends, one at a time, until told to stop.
 
-It leads a process group of its own, which the processes its handler starts join. It
-dies with its supervisor (Linux's parent-death signal, and a watchdog thread that
-notices a parent that is gone and takes the whole group down), and while it runs a
-task it ends itself and its group when the daemon's lease runs out.
+It leads a process group of its own, which the processes its handler starts join.
+Nothing in that group may outlive its supervisor: when the supervisor dies, however
+it dies, Linux sends the worker SIGHUP (its parent-death signal), and the worker's
+watchdog thread, woken at once through the signal's wakeup file descriptor, kills
+every other process of the group and what they started, then ends the worker. The
+signal is one the worker handles (not SIGKILL): a worker killed outright would leave
+its handler's processes to init. A watchdog that sees the parent change catches the
+rest, and while it runs a task the worker also ends itself and its group when the
+daemon's lease runs out. A worker suspended by a pause gets SIGHUP and SIGCONT from
+the kernel when its group is orphaned, and goes the same way.
 """
 
 import ctypes
 import logging
 import os
+import select
 import signal
 import threading
-import time
 
 import psutil
 
@@ -23,6 +29,8 @@ from atp.daemon.outage import close_connections
 logger = logging.getLogger(__name__)
 
 PR_SET_PDEATHSIG = 1
+#: What Linux sends a worker when its supervisor dies.
+PARENT_DEATH_SIGNAL = signal.SIGHUP
 WATCHDOG_INTERVAL_SECONDS = 0.2
 #: Exit codes a worker ends itself with, so the supervisor can tell why.
 EXIT_PARENT_GONE = 70
@@ -35,7 +43,6 @@ _running = threading.Event()
 def worker_main(channel, lease_deadline, parent_pid, inherited_fds):
     """Run in the forked child: serve ``("run", pk, attempt, handler, daemon)`` until ``("stop",)``."""
     os.setpgid(0, 0)
-    _die_with_parent(parent_pid)
     for fd in inherited_fds:
         try:
             os.close(fd)
@@ -44,11 +51,13 @@ def worker_main(channel, lease_deadline, parent_pid, inherited_fds):
     # Ctrl-C reaches the whole process group; only the supervisor decides to stop.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.set_wakeup_fd(-1)
     suspension.install()
+    signals = _signal_pipe()
     threading.Thread(
-        target=_watchdog, args=(lease_deadline, parent_pid), name="atp-watchdog", daemon=True
+        target=_watchdog, args=(signals, lease_deadline, parent_pid), name="atp-watchdog",
+        daemon=True,
     ).start()
+    _die_with_parent(parent_pid)
     while True:
         try:
             message = channel.recv()
@@ -66,20 +75,35 @@ def worker_main(channel, lease_deadline, parent_pid, inherited_fds):
     close_connections()
 
 
+def _signal_pipe():
+    """Return the read end of a pipe that gets a byte for each signal this process handles.
+
+    The C-level signal handler writes it at once, whatever the main thread is doing
+    (deep in a handler's C code, say), so the watchdog thread learns of the signal
+    without waiting for Python to run the handler.
+    """
+    read, write = os.pipe()
+    os.set_blocking(write, False)
+    signal.signal(PARENT_DEATH_SIGNAL, lambda signum, frame: None)
+    signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+    return read
+
+
 def _die_with_parent(parent_pid):
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        libc.prctl(PR_SET_PDEATHSIG, PARENT_DEATH_SIGNAL)
     except (OSError, AttributeError):
         pass  # not Linux: the watchdog notices the parent's death instead
     if os.getppid() != parent_pid:  # the parent died before the signal was armed
-        os._exit(EXIT_PARENT_GONE)
+        _end_group(EXIT_PARENT_GONE)
 
 
-def _watchdog(lease_deadline, parent_pid):
+def _watchdog(signals, lease_deadline, parent_pid):
     while True:
-        time.sleep(WATCHDOG_INTERVAL_SECONDS)
-        if os.getppid() != parent_pid:
+        ready, _, _ = select.select([signals], [], [], WATCHDOG_INTERVAL_SECONDS)
+        received = os.read(signals, 512) if ready else b""
+        if PARENT_DEATH_SIGNAL in received or os.getppid() != parent_pid:
             _end_group(EXIT_PARENT_GONE)
         # An idle worker holds no task: only a running one must stop with the lease.
         if _running.is_set() and clock() > lease_deadline.value:
@@ -87,12 +111,23 @@ def _watchdog(lease_deadline, parent_pid):
 
 
 def _end_group(exit_code):
-    """Kill every other process of this worker's group at once, then end with ``exit_code``."""
+    """Kill every other process of this worker's group, and all they started, then end."""
     me = os.getpid()
+    doomed = {}
     for process in psutil.process_iter():
         try:
             if process.pid != me and os.getpgid(process.pid) == me:
-                process.kill()
+                doomed[process.pid] = process
         except (OSError, psutil.Error):
+            continue
+    try:
+        # Descendants that left the group (setsid, setpgid) are still our children.
+        doomed.update((child.pid, child) for child in psutil.Process(me).children(recursive=True))
+    except psutil.Error:
+        pass
+    for process in doomed.values():
+        try:
+            process.kill()
+        except psutil.Error:
             continue
     os._exit(exit_code)

@@ -7,13 +7,12 @@ heartbeat that lands first wins, and one that lands after finds the daemon stopp
 """
 
 import datetime
-import os
 import socket
 
-import psutil
 from django.db.models import Value
 from django.db.models.functions import Now
 
+from atp import processes
 from atp.engine.base import load_on_access, pk_of, queue_write
 from atp.engine.lifecycle import hand_back, release, restart
 from atp.engine.locks import lock_task
@@ -26,12 +25,13 @@ from atp.states import IN_FLIGHT
 def register_daemon(*, workers=0, types=()):
     """Record the calling process as a running daemon; return its ``Daemon``.
 
-    It notes when the process started on this host's clock, which tells a later
+    It notes who the process is on this host (``atp.processes``), which tells a later
     daemon of the same host whether this one still runs.
     """
-    process_started = psutil.Process().create_time()
+    me = processes.current()
     daemon = Daemon.objects.create(
-        host=socket.gethostname(), pid=os.getpid(), process_started=process_started,
+        host=socket.gethostname(), pid=me.pid, boot_id=me.boot_id,
+        pid_namespace=me.pid_namespace, process_start_ticks=me.start_ticks,
         started=Now(), heartbeat=Now(), workers=workers, types=",".join(types or ()),
     )
     return load_on_access(daemon, "started", "heartbeat")

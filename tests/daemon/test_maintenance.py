@@ -3,6 +3,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import psutil
 import pytest
@@ -15,7 +16,7 @@ from atp.daemon import maintenance
 from atp.models import Daemon, Instance, LogRecord, Task
 from atp.states import Status
 from tests.factories import TaskFactory
-from tests.processes import wait_until
+from tests.processes import can_make_namespaces, wait_until
 
 pytestmark = pytest.mark.django_db
 
@@ -68,6 +69,47 @@ def test_a_restarted_daemon_restarts_the_tasks_of_its_dead_predecessor_at_once(n
     assert maintenance.reap_gone_daemons_on_this_host(me) == 1
     assert Instance.objects.get(pk=leftover.pk).status == Status.ACCEPTED
     assert Instance.objects.get(pk=kept.pk).status == Status.RUNNING
+
+
+def test_a_live_daemon_is_not_taken_for_gone_when_the_wall_clock_steps(noop_type, monkeypatch):
+    """psutil derives a process's start from the boot time in wall-clock seconds: after
+    the clock is stepped, it reads a second off. The boot-time clock does not move."""
+    alive = engine.register_daemon()  # this very process
+    kept = TaskFactory(type=noop_type, status=Status.RUNNING, daemon=alive)
+    stepped = psutil.Process.create_time
+    monkeypatch.setattr(psutil.Process, "create_time", lambda self: stepped(self) + 1.0)
+    me = engine.register_daemon()
+    assert maintenance.reap_gone_daemons_on_this_host(me) == 0
+    assert Daemon.objects.get(pk=alive.pk).stopped is None
+    assert Instance.objects.get(pk=kept.pk).status == Status.RUNNING
+
+
+def test_a_daemon_of_this_hosts_previous_boot_is_reaped_at_once(noop_type):
+    from atp.daemon.lease import clock
+
+    before_boot = engine.register_daemon()
+    Daemon.objects.filter(pk=before_boot.pk).update(
+        boot_id="00000000-0000-0000-0000-000000000000",
+        heartbeat=F("heartbeat") - datetime.timedelta(seconds=clock() + 60),
+    )
+    leftover = TaskFactory(type=noop_type, status=Status.RUNNING, daemon=before_boot)
+    me = engine.register_daemon()
+    assert maintenance.reap_gone_daemons_on_this_host(me) == 1
+    last = LogRecord.objects.filter(instance=leftover).last()
+    assert "ran before this host rebooted" in last.message
+
+
+@pytest.mark.parametrize("differs", ["boot id", "PID namespace"])
+def test_a_daemon_of_another_machine_with_this_host_name_is_not_reaped(noop_type, caplog, differs):
+    twin = engine.register_daemon()  # heartbeating now, elsewhere
+    Daemon.objects.filter(pk=twin.pk).update(
+        pid=1, **({"boot_id": "another-machine"} if differs == "boot id"
+                  else {"pid_namespace": "pid:[1]"}))
+    kept = TaskFactory(type=noop_type, status=Status.RUNNING, daemon=twin)
+    me = engine.register_daemon()
+    assert maintenance.reap_gone_daemons_on_this_host(me) == 0
+    assert Instance.objects.get(pk=kept.pk).status == Status.RUNNING
+    assert "reports this host's name" in caplog.text
 
 
 def test_expired_tasks_are_purged_a_batch_at_a_time(db):
@@ -141,3 +183,48 @@ def test_each_type_gets_its_turn_at_purging(db):
     TaskFactory(type=first, status=Status.FINISHED)  # recent: nothing to purge there
     assert maintenance.purge_expired() == 1
     assert Instance.objects.filter(type=second).count() == 0
+
+
+namespaces = pytest.mark.skipif(not can_make_namespaces(), reason="needs root and unshare")
+
+
+@pytest.mark.slow
+@namespaces
+@pytest.mark.django_db(transaction=True)
+def test_daemons_on_two_hosts_share_the_queue_and_reap_each_other_only_when_silent(
+        postgres_only, start_daemon, tmp_path):
+    atp.register_task_type("tests.sleep", "tests.handlers.sleep")
+    long = atp.enqueue("tests.sleep", {"seconds": 60})
+    host_a = start_daemon("--workers", 1, hostname="atp-host-a")
+    wait_until(lambda: Instance.objects.get(pk=long.pk).status == Status.RUNNING, timeout=30,
+               message="running on host a", output=host_a.output)
+    host_b = start_daemon("--workers", 1, hostname="atp-host-b")
+    wait_until(lambda: Daemon.objects.filter(host="atp-host-b").exists(), timeout=30,
+               message="host b registered", output=host_b.output)
+    time.sleep(3)  # longer than the daemon timeout of the tests: a live one is never reaped
+    task = Instance.objects.get(pk=long.pk)
+    assert (task.status, task.restarts, task.daemon.host) == (Status.RUNNING, 0, "atp-host-a")
+    host_a.signal(signal.SIGKILL)
+    wait_until(lambda: Instance.objects.get(pk=long.pk).daemon.host == "atp-host-b", timeout=30,
+               message="restarted on host b", output=host_b.output)
+    assert Instance.objects.get(pk=long.pk).restarts == 1
+
+
+@pytest.mark.slow
+@namespaces
+@pytest.mark.django_db(transaction=True)
+def test_two_containers_with_one_host_name_do_not_reap_each_other(
+        postgres_only, start_daemon, tmp_path):
+    """Containers on a host's network share its name, and each sees its own pids."""
+    atp.register_task_type("tests.sleep", "tests.handlers.sleep")
+    long = atp.enqueue("tests.sleep", {"seconds": 60})
+    first = start_daemon("--workers", 1, hostname="atp-twin", own_pid_namespace=True)
+    wait_until(lambda: Instance.objects.get(pk=long.pk).status == Status.RUNNING, timeout=30,
+               message="running in the first container", output=first.output)
+    time.sleep(1.5)  # the second one starts at another tick (and second) of the clock
+    second = start_daemon("--workers", 1, hostname="atp-twin", own_pid_namespace=True)
+    wait_until(lambda: "reports this host's name (atp-twin)" in second.output(), timeout=30,
+               message="the twin noticed", output=second.output)
+    task = Instance.objects.get(pk=long.pk)
+    assert (task.status, task.attempt, task.restarts) == (Status.RUNNING, 1, 0)
+    assert Daemon.objects.filter(host="atp-twin", stopped__isnull=True).count() == 2

@@ -119,3 +119,31 @@ def test_a_served_type_unregistered_mid_run_does_not_stop_the_daemon(start_daemo
                message="task finished", output=daemon.output)
     daemon.signal(signal.SIGTERM)
     assert daemon.wait(30) == 0
+
+
+def is_gone(process):
+    """Return whether ``process`` exited (a zombie waiting for init to reap it has)."""
+    try:
+        return process.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+@pytest.mark.parametrize("paused", [False, True], ids=["running", "paused"])
+def test_processes_a_handler_started_die_with_a_killed_supervisor(start_daemon, tmp_path, paused):
+    from tests.processes import wait_for_files
+
+    atp.register_task_type("tests.spawn", "tests.handlers.spawn_sleep")
+    pid_file = tmp_path / "sleep.pid"
+    task = atp.enqueue("tests.spawn", {"pid_file": str(pid_file)})
+    daemon = start_daemon("--workers", 1)
+    wait_for_files([pid_file], timeout=30)
+    sleeper = psutil.Process(int(pid_file.read_text()))
+    if paused:
+        atp.pause(task)
+        wait_until(lambda: sleeper.status() == psutil.STATUS_STOPPED, timeout=10,
+                   message="the handler's process suspended", output=daemon.output)
+    daemon.signal(signal.SIGKILL)
+    daemon.wait(10)
+    wait_until(lambda: is_gone(sleeper), timeout=10,
+               message="the handler's child gone with its supervisor")

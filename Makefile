@@ -16,7 +16,7 @@ ATP_REQUIRE_POSTGRES ?= 0
 DJANGO_COMPAT ?= Django>=4.2,<5.0
 
 .PHONY: demo test browser test-sqlite test-postgres test-compat bench bench-admin screenshots \
-	lint clean
+	guards chaos lint clean
 
 $(VENV)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -82,6 +82,11 @@ bench-admin: $(VENV)/.installed
 screenshots: $(VENV)/.installed browser
 	env -u ATP_TEST_DATABASE_URL ATP_SCREENSHOTS=docs/images $(PY) -m pytest -q \
 		tests/browser/test_screenshots.py
+
+# Remove each guard of the queue's transitions in turn; a test must fail every time
+# (tests/guards.py; about 15 minutes, on demand).
+guards: $(VENV)/.installed
+	$(PY) -m tests.guards
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check atp atp_demo tests bench

@@ -9,7 +9,8 @@
     instance = atp.enqueue("reports.render", {"report": 42}, identifier="report-42")
 
 Functions taking a task accept an ``Instance`` or its primary key. Those that change
-a task return it as it now is (an ``Instance`` passed in is refreshed in place).
+a task return it as it now is (an ``Instance`` passed in is refreshed in place), and
+take ``by``, the user (or a name) to record in the task's history as who did it.
 """
 
 from atp import engine
@@ -46,41 +47,41 @@ def _as_it_is_now(instance):
     return Instance.objects.select_related("type").get(pk=pk_of(instance))
 
 
-def reenqueue(instance, message=""):
+def reenqueue(instance, message="", *, by=None):
     """Put an in-flight, failed or cancelled task back in the queue; return it.
 
     A running attempt is abandoned (its daemon stops it); a failed or cancelled task
     gets a fresh restart budget. Raise ``InvalidTransition`` for a queued or finished
     task, ``TaskAlreadyExists`` if a live task took its identifier.
     """
-    engine.reenqueue(instance, message)
+    engine.reenqueue(instance, message, by=by)
     return _as_it_is_now(instance)
 
 
-def set_status(instance, status, message=""):
+def set_status(instance, status, message="", *, by=None):
     """Move a task to ``status`` (an ``atp.Status``); return it.
 
     Raise ``InvalidTransition`` for a change the state table does not allow.
     """
-    engine.set_status(instance, status, message)
+    engine.set_status(instance, status, message, by=by)
     return _as_it_is_now(instance)
 
 
-def pause(instance, message=""):
+def pause(instance, message="", *, by=None):
     """Pause a running task: its worker is suspended and its time-out clock stops; return it."""
-    engine.pause(instance, message)
+    engine.pause(instance, message, by=by)
     return _as_it_is_now(instance)
 
 
-def resume(instance, message=""):
+def resume(instance, message="", *, by=None):
     """Resume a paused task; return it."""
-    engine.resume(instance, message)
+    engine.resume(instance, message, by=by)
     return _as_it_is_now(instance)
 
 
-def cancel(instance, message=""):
+def cancel(instance, message="", *, by=None):
     """Cancel a queued or in-flight task (its daemon stops it); return it."""
-    engine.cancel(instance, message)
+    engine.cancel(instance, message, by=by)
     return _as_it_is_now(instance)
 
 

@@ -13,6 +13,8 @@ atp.E009  ATP_TRACEBACK_MAX_CHARS is not a positive integer.
 atp.E010  ATP_PROGRESS_INTERVAL_SECONDS is not a non-negative number.
 atp.E011  USE_TZ is False: task times come from the database clock as aware datetimes.
 atp.E012  ATP_MAX_INPUT_BYTES or ATP_MAX_RESPONSE_BYTES is not a positive integer.
+atp.E013  ATP_PICKLE_ENABLED is not a boolean.
+atp.E014  A type declared with input_format="pickle" while ATP_PICKLE_ENABLED is off.
 """
 
 from django.apps import apps
@@ -36,6 +38,8 @@ def check_settings(app_configs=None, **kwargs):
             "ATP_HANDLER_MODULES must be a list of module names.",
             hint="For example ATP_HANDLER_MODULES = ['myproject.handlers'].", id="atp.E001",
         ))
+    if not isinstance(conf.PICKLE_ENABLED, bool):
+        errors.append(Error("ATP_PICKLE_ENABLED must be True or False.", id="atp.E013"))
     if not isinstance(conf.SQLITE_WAL, bool):
         errors.append(Error("ATP_SQLITE_WAL must be True or False.", id="atp.E002"))
     errors += _non_negative_seconds("TRANSACTION_RETRY_SECONDS", "atp.E003")
@@ -116,6 +120,14 @@ def check_declared_handlers(app_configs=None, **kwargs):
         return []  # atp.E001 already reports it
     errors = []
     for declaration in registry.declarations().values():
+        if registry.is_pickled(declaration) and conf.PICKLE_ENABLED is not True:
+            errors.append(Error(
+                f"Task type {declaration.identifier!r} takes pickled inputs, and "
+                "ATP_PICKLE_ENABLED is off: it is not registered and its tasks do not run.",
+                hint="Pickled inputs run whatever they unpickle to. Pass JSON inputs, or set "
+                "ATP_PICKLE_ENABLED = True (and never run atpd as root); see docs/security.md.",
+                id="atp.E014",
+            ))
         try:
             registry.resolve_handler(declaration.handler)
         except InvalidHandler as exc:

@@ -17,6 +17,11 @@ class AtpSettings:
         return getattr(settings, "ATP_HANDLER_MODULES", [])
 
     @property
+    def PICKLE_ENABLED(self):
+        """Allow task types with pickled inputs (signed); off, none is registered or run."""
+        return getattr(settings, "ATP_PICKLE_ENABLED", False)
+
+    @property
     def SQLITE_WAL(self):
         """Switch SQLite databases to write-ahead logging so readers never wait for a writer."""
         return getattr(settings, "ATP_SQLITE_WAL", True)

@@ -94,7 +94,11 @@ class Daemon(models.Model):
     heartbeat = models.DateTimeField()
     stopped = models.DateTimeField(null=True, blank=True)
     workers = models.PositiveSmallIntegerField(default=0)
-    types = models.TextField(blank=True, help_text="Types it serves; empty for all.")
+    types = models.TextField(blank=True, help_text="The types it was asked to run; empty for all.")
+    serves = models.ManyToManyField(
+        Type, blank=True, related_name="served_by",
+        help_text="The types it runs: those whose handler it has loaded.",
+    )
 
     class Meta:
         ordering = ["-started"]
@@ -279,6 +283,10 @@ class LogRecord(models.Model):
     message = models.TextField(blank=True)
     # Text, not a foreign key: the history stays as written when daemons are pruned.
     daemon = models.CharField(max_length=300, blank=True)
+    # Text too: the history outlives the user accounts.
+    actor = models.CharField(
+        max_length=150, blank=True, help_text="The person who made this change, if one did.",
+    )
 
     class Meta:
         ordering = ["id"]

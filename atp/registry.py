@@ -13,6 +13,7 @@ import datetime
 import functools
 import importlib
 import inspect
+import sys
 from dataclasses import dataclass
 
 from django.apps import apps
@@ -20,7 +21,7 @@ from django.utils.module_loading import autodiscover_modules
 
 from atp.conf import conf
 from atp.exceptions import InvalidHandler, InvalidParameter
-from atp.serialization import InputFormat, check_text
+from atp.serialization import InputFormat, check_pickle_enabled, check_text
 
 #: Module looked for in every installed app for ``@task_type`` declarations.
 AUTODISCOVER_MODULE = "tasks"
@@ -44,10 +45,12 @@ def task_type(identifier, **parameters):
     The type is written to the database after migrations, when a daemon starts and
     on the first ``enqueue``. The function is returned unchanged but for a
     ``task_type`` attribute holding ``identifier``. Raise ``InvalidParameter`` or
-    ``InvalidHandler`` for a bad declaration.
+    ``InvalidHandler`` for a bad declaration. A pickle type declared while
+    ``ATP_PICKLE_ENABLED`` is off is recorded, reported by ``manage.py check``
+    (``atp.E013``) and not written to the database.
     """
     identifier = clean_type_identifier(identifier)
-    parameters = clean_type_parameters(parameters)
+    parameters = clean_type_parameters(parameters, allow_pickle=True)
 
     def decorator(func):
         path = handler_path(func)
@@ -104,11 +107,12 @@ def is_allowed_module(module_name):
     return any(module_name == p or module_name.startswith(p + ".") for p in prefixes)
 
 
-def resolve_handler(path):
+def resolve_handler(path, *, may_import=True):
     """Return the handler function named by ``path``; raise ``InvalidHandler``.
 
     Only a function defined in the module the path names, inside an installed app or
-    ``ATP_HANDLER_MODULES``, is returned.
+    ``ATP_HANDLER_MODULES``, is returned. Without ``may_import`` only a module this
+    process has already loaded is looked into.
     """
     module_name, _, name = str(path).rpartition(".")
     if not module_name or not is_allowed_module(module_name):
@@ -119,10 +123,15 @@ def resolve_handler(path):
     func = _handlers.get(path)
     if func is not None:
         return func
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise InvalidHandler(f"handler {path!r}: cannot import {module_name}: {exc}") from exc
+    module = sys.modules.get(module_name)
+    if module is None and not may_import:
+        raise InvalidHandler(f"handler {path!r}: {module_name} is not loaded in this process")
+    if module is None:
+        try:
+            module = importlib.import_module(module_name)
+        except Exception as exc:  # ImportError, or any error its code raised
+            raise InvalidHandler(
+                f"handler {path!r}: cannot import {module_name}: {exc}") from exc
     func = getattr(module, name, None)
     if not (inspect.isfunction(func) and func.__module__ == module_name
             and func.__qualname__ == name):
@@ -204,12 +213,24 @@ TYPE_PARAMETERS = {
 }
 
 
-def clean_type_parameters(parameters):
-    """Return task type parameters normalised for the ``Type`` model; raise ``InvalidParameter``."""
+def clean_type_parameters(parameters, *, allow_pickle=False):
+    """Return task type parameters normalised for the ``Type`` model; raise ``InvalidParameter``.
+
+    ``input_format="pickle"`` is refused while ``ATP_PICKLE_ENABLED`` is off, unless
+    ``allow_pickle`` (a declaration, which the system checks report instead).
+    """
     unknown = sorted(set(parameters) - set(TYPE_PARAMETERS))
     if unknown:
         raise InvalidParameter(
             f"unknown task type parameter(s) {', '.join(unknown)}; "
             f"known: {', '.join(TYPE_PARAMETERS)}"
         )
-    return {name: TYPE_PARAMETERS[name](name, value) for name, value in parameters.items()}
+    cleaned = {name: TYPE_PARAMETERS[name](name, value) for name, value in parameters.items()}
+    if cleaned.get("input_format") == InputFormat.PICKLE and not allow_pickle:
+        check_pickle_enabled()
+    return cleaned
+
+
+def is_pickled(declaration):
+    """Return whether a declaration's type takes pickled inputs."""
+    return declaration.parameters.get("input_format") == InputFormat.PICKLE

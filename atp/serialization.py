@@ -19,6 +19,7 @@ from django.core import signing
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 
+from atp.conf import conf
 from atp.exceptions import (
     InputsNotSerializable,
     InvalidParameter,
@@ -206,6 +207,16 @@ def _from_json(obj):
 # -- signed pickle -------------------------------------------------------------------
 
 
+def check_pickle_enabled():
+    """Raise ``InvalidParameter`` unless ``ATP_PICKLE_ENABLED`` allows pickled inputs."""
+    if not conf.PICKLE_ENABLED:
+        raise InvalidParameter(
+            "pickled inputs are off: a type with input_format='pickle' runs whatever its "
+            "inputs unpickle to. Set ATP_PICKLE_ENABLED = True to allow it (see "
+            "docs/security.md), or pass JSON inputs"
+        )
+
+
 def _signer():
     # Signer checks SECRET_KEY_FALLBACKS too, so rotating the key keeps queued tasks.
     return signing.Signer(salt=PICKLE_SALT)
@@ -221,7 +232,11 @@ def dump_pickle(value):
 
 
 def load_pickle(token):
-    """Return the value of a signed pickle; raise ``TamperedInputs`` before unpickling a bad one."""
+    """Return the value of a signed pickle; raise ``TamperedInputs`` before unpickling a bad one.
+
+    Raise ``InvalidParameter`` while ``ATP_PICKLE_ENABLED`` is off: nothing is unpickled then.
+    """
+    check_pickle_enabled()
     try:
         encoded = _signer().unsign(token)
     except signing.BadSignature as exc:

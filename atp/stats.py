@@ -13,7 +13,7 @@ from django.db.models.functions import Now
 
 from atp.conf import conf
 from atp.models import Daemon, Instance, Task, Type
-from atp.states import LIVE, TERMINAL
+from atp.states import LIVE, TERMINAL, Status
 
 #: How far back the dashboard counts ended tasks.
 RECENT = datetime.timedelta(hours=1)
@@ -60,20 +60,32 @@ def waiting():
     return Waiting(figures["runnable"], figures["delayed"], figures["oldest"])
 
 
+def _is_live(prefix=""):
+    """Return the condition of a daemon heard from within ``ATP_DAEMON_TIMEOUT_SECONDS``."""
+    timeout = datetime.timedelta(seconds=conf.DAEMON_TIMEOUT_SECONDS)
+    return Q(**{f"{prefix}stopped__isnull": True, f"{prefix}heartbeat__gte": Now() - Value(timeout)})
+
+
 def live_daemons():
     """Return the daemons heard from within ``ATP_DAEMON_TIMEOUT_SECONDS``, with ``running`` counts."""
-    timeout = datetime.timedelta(seconds=conf.DAEMON_TIMEOUT_SECONDS)
     return list(
-        Daemon.objects.filter(stopped__isnull=True, heartbeat__gte=Now() - Value(timeout))
-        .annotate(running=Count("leases")).order_by("host", "pid")
+        Daemon.objects.filter(_is_live()).annotate(running=Count("leases", distinct=True))
+        .order_by("host", "pid")
     )
 
 
+def with_runners(types):
+    """Annotate a queryset of types with ``runners``: how many live daemons run each."""
+    return types.annotate(runners=Count("served_by", filter=_is_live("served_by__"), distinct=True))
+
+
 def types_with_counts():
-    """Return every type with ``live`` (by state) and ``ended`` (recently, by state) counts."""
+    """Return every type with ``live`` (by state) and ``ended`` (recently, by state) counts,
+    and ``runners``, how many live daemons run it."""
     live, ended = live_counts(), ended_counts()
-    types = list(Type.objects.order_by("identifier"))
+    types = list(with_runners(Type.objects.order_by("identifier")))
     for task_type in types:
         task_type.live = {s: live.get((task_type.pk, s), 0) for s in LIVE}
         task_type.ended = {s: ended.get((task_type.pk, s), 0) for s in TERMINAL}
+        task_type.waiting = task_type.live[Status.ACCEPTED]
     return types

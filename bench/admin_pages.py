@@ -50,11 +50,12 @@ def fill(tasks, history):
         )
         cursor.execute(
             """
-            INSERT INTO atp_logrecord (instance_id, time, status, attempt, message, daemon)
+            INSERT INTO atp_logrecord (instance_id, time, status, attempt, message, daemon,
+                actor)
             SELECT i.id, i.created + k * interval '100 ms',
                    (ARRAY['ACCEPTED', 'SCHEDULED', 'RUNNING', NULL, 'FINISHED'])[1 + (k - 1) %% 5],
                    CASE WHEN k = 1 THEN 0 ELSE 1 END,
-                   CASE WHEN k = 4 THEN 'halfway through the input' ELSE '' END, 'bench:1'
+                   CASE WHEN k = 4 THEN 'halfway through the input' ELSE '' END, 'bench:1', ''
             FROM atp_instance AS i, generate_series(1, %s) AS k
             """,
             [history],

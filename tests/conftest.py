@@ -12,6 +12,12 @@ def noop_type(db):
 
 
 @pytest.fixture
+def pickle_enabled(settings):
+    """Allow task types with pickled inputs (ATP_PICKLE_ENABLED, off by default)."""
+    settings.ATP_PICKLE_ENABLED = True
+
+
+@pytest.fixture
 def daemon(db):
     return engine.register_daemon(workers=1)
 
@@ -50,7 +56,13 @@ ROLES = {
     "staff without permissions": {"is_staff": True, "perms": []},
     "non-staff with permissions": {"is_staff": False, "perms": ["view_instance", "change_instance"]},
     "view only": {"is_staff": True, "perms": ["view_instance"]},
-    "can change": {"is_staff": True, "perms": ["view_instance", "change_instance"]},
+    "reads inputs and responses": {
+        "is_staff": True, "perms": ["view_instance", "view_inputs", "view_response"],
+    },
+    "can change": {
+        "is_staff": True,
+        "perms": ["view_instance", "change_instance", "view_inputs", "view_response"],
+    },
     "superuser": {"is_staff": True, "is_superuser": True, "perms": []},
 }
 

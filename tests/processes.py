@@ -97,9 +97,21 @@ class Daemon:
             raise AssertionError(f"atpd did not exit in {timeout} s:\n{self.output()[-5000:]}") from None
 
     def stop(self):
+        """Kill the daemon and whatever it started (an ``atpd --reload`` has a child)."""
+        import psutil
+
         if self.process.poll() is None:
+            try:
+                descendants = psutil.Process(self.process.pid).children(recursive=True)
+            except psutil.Error:
+                descendants = []
             self.process.kill()
             self.process.wait()
+            for process in descendants:
+                try:
+                    process.kill()
+                except psutil.Error:
+                    pass
         self.log.close()
 
 

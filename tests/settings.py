@@ -52,6 +52,9 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 ATP_HANDLER_MODULES = ["tests.handlers"]
+# Handler modules a test writes while daemons run (see tests/daemon/test_catalog.py).
+if os.environ.get("ATP_TEST_MORE_HANDLER_MODULES"):
+    ATP_HANDLER_MODULES += os.environ["ATP_TEST_MORE_HANDLER_MODULES"].split(",")
 
 DATABASE_URL = os.environ.get("ATP_TEST_DATABASE_URL")
 if DATABASE_URL:
@@ -78,4 +81,6 @@ for _name in (
 ):
     if _name in os.environ:
         globals()[_name] = float(os.environ[_name])
+if "ATP_PICKLE_ENABLED" in os.environ:
+    ATP_PICKLE_ENABLED = os.environ["ATP_PICKLE_ENABLED"] == "1"
 LOGIN_URL = "admin:login"

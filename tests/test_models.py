@@ -27,7 +27,7 @@ def test_duration_runs_from_start_to_end(noop_type):
     assert TaskFactory(type=noop_type).duration is None
 
 
-def test_a_pickled_input_tells_its_size_without_being_unpickled(db):
+def test_a_pickled_input_tells_its_size_without_being_unpickled(pickle_enabled, db):
     atp.register_task_type("tests.pickled", "tests.handlers.echo", input_format="pickle")
     instance = atp.enqueue("tests.pickled", b"x" * 1000)
     assert 1000 < Inputs.objects.get(pk=instance.pk).size < 1100

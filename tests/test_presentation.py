@@ -48,7 +48,7 @@ def test_refusals_read_as_reasons():
 
 
 @pytest.mark.django_db
-def test_inputs_are_shown_pretty_and_giants_are_described_without_being_fetched():
+def test_inputs_are_shown_pretty_and_giants_are_described_without_being_fetched(pickle_enabled):
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 

@@ -72,7 +72,7 @@ def test_values_json_cannot_hold_are_refused_with_where_they_are(value, where):
         dump_json(value)
 
 
-def test_pickle_round_trips_what_json_cannot():
+def test_pickle_round_trips_what_json_cannot(pickle_enabled):
     value = {"path": Path("/tmp/x"), "when": datetime.date(2026, 1, 1)}
     token = dump_pickle(value)
     assert load_pickle(token) == value
@@ -103,7 +103,7 @@ class Tripwire:
         return (Path.touch, (self.path,))
 
 
-def test_a_tampered_pickle_is_refused_before_it_is_unpickled(tmp_path):
+def test_a_tampered_pickle_is_refused_before_it_is_unpickled(pickle_enabled, tmp_path):
     tripwire = tmp_path / "unpickled"
     token = dump_pickle(Tripwire(tripwire))
     assert not tripwire.exists()
@@ -118,7 +118,7 @@ def test_a_tampered_pickle_is_refused_before_it_is_unpickled(tmp_path):
     assert tripwire.exists()
 
 
-def test_a_pickle_signed_before_a_key_rotation_still_loads():
+def test_a_pickle_signed_before_a_key_rotation_still_loads(pickle_enabled):
     with override_settings(SECRET_KEY="old key"):
         token = dump_pickle([1, 2])
     with override_settings(SECRET_KEY="new key", SECRET_KEY_FALLBACKS=["old key"]):

@@ -10,21 +10,28 @@ import logging
 from collections import Counter
 from dataclasses import dataclass, field
 
+from atp import audit
 from atp.exceptions import InvalidTransition, TaskAlreadyExists, TaskNotFound
+from atp.models import Instance
 from atp.presentation import refusal_reason
 
 logger = logging.getLogger(__name__)
 
 BATCH_SIZE = 500
 
+
 @dataclass
 class Outcome:
-    """How an action went: how many tasks it changed, the refusals by reason, and how
-    many failed with an unexpected error (logged)."""
+    """How an action went: the tasks it changed, the refusals by reason, and how many
+    failed with an unexpected error (logged)."""
 
-    done: int = 0
+    changed: list = field(default_factory=list)
     refused: Counter = field(default_factory=Counter)
     failed: int = 0
+
+    @property
+    def done(self):
+        return len(self.changed)
 
     def message(self, done_label):
         parts = [f"{self.done} {done_label}"]
@@ -46,13 +53,14 @@ def batches(queryset, size=BATCH_SIZE):
         last = batch[-1]
 
 
-def apply_to_each(queryset, verb):
-    """Apply ``verb(pk)`` to every selected task; return the ``Outcome``."""
+def apply_to_each(queryset, verb, user, done_label):
+    """Apply ``verb(pk, by=user)`` to every selected task, and log it; return the ``Outcome``."""
     outcome = Outcome()
     for batch in batches(queryset):
+        changed = []
         for pk in batch:
             try:
-                verb(pk)
+                verb(pk, by=user)
             except (InvalidTransition, TaskAlreadyExists, TaskNotFound) as exc:
                 outcome.refused[refusal_reason(exc)] += 1
             except Exception:
@@ -61,16 +69,22 @@ def apply_to_each(queryset, verb):
                 logger.exception("%s of task #%s failed", getattr(verb, "__name__", verb), pk)
                 outcome.failed += 1
             else:
-                outcome.done += 1
+                changed.append(pk)
+        audit.record(user, Instance, audit.task_names(changed), done_label.capitalize())
+        outcome.changed += changed
     return outcome
 
 
-def delete_each_ended(queryset, delete_ended):
-    """Delete the ended tasks of the selection in batches; return the ``Outcome``."""
+def delete_each_ended(queryset, delete_ended, user):
+    """Delete the ended tasks of the selection in batches, and log it; return the ``Outcome``."""
     outcome = Outcome()
     for batch in batches(queryset):
+        names = dict(audit.task_names(batch))
         deleted = delete_ended(batch)
-        outcome.done += deleted
-        if len(batch) > deleted:
-            outcome.refused["not ended"] += len(batch) - deleted
+        audit.record(user, Instance, [(pk, names[pk]) for pk in deleted], "Deleted",
+                     deleted=True)
+        outcome.changed += deleted
+        if len(batch) > len(deleted):
+            outcome.refused["not ended, or its worker is still being stopped"] += \
+                len(batch) - len(deleted)
     return outcome

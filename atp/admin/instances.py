@@ -21,12 +21,15 @@ from atp.admin.querysets import DateProbingQuerySet
 from atp.converters import TASK_ID_PATTERN, parse_task_id
 from atp.http import media_type, serve_response
 from atp.models import Instance, LogRecord, Response
+from atp.permissions import VIEW_INPUTS, VIEW_RESPONSE
 from atp.presentation import HISTORY_SHOWN, describe_inputs, format_duration, timeline
 from atp.templatetags.atp import progress, status_badge, timestamp
 
 #: Larger inputs and responses are not shown on the task's page, only offered.
 PREVIEW_MAX_BYTES = 64 * 1024
 IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp", "image/svg+xml")
+#: Who may see a task's inputs and response on its page.
+PREVIEW_PERMISSIONS = {"inputs_preview": VIEW_INPUTS, "response_preview": VIEW_RESPONSE}
 
 
 def _short_time(value):
@@ -55,7 +58,7 @@ class StateHistoryInline(admin.TabularInline):
     model = LogRecord
     formset = RecentHistoryFormSet
     template = "atp/admin/state_history_inline.html"
-    fields = ["time", "status", "attempt", "daemon", "message"]
+    fields = ["time", "status", "attempt", "daemon", "actor", "message"]
     readonly_fields = fields
     extra = 0
     can_delete = False
@@ -124,6 +127,14 @@ class InstanceAdmin(NumericKeys, admin.ModelAdmin):
 
     def has_delete_ended_permission(self, request):
         return request.user.has_perm("atp.delete_instance")
+
+    def get_fieldsets(self, request, obj=None):
+        # Inputs and responses may hold what others must not read: each needs the view
+        # permission of its own model.
+        hidden = {name for name, permission in PREVIEW_PERMISSIONS.items()
+                  if not request.user.has_perm(permission)}
+        return [(title, {**options, "fields": [f for f in options["fields"] if f not in hidden]})
+                for title, options in super().get_fieldsets(request, obj)]
 
     def get_actions(self, request):
         actions = super().get_actions(request)
@@ -235,7 +246,8 @@ class InstanceAdmin(NumericKeys, admin.ModelAdmin):
         ]
 
     def response_view(self, request, pk):
-        if not self.has_view_permission(request):
+        if not (self.has_view_permission(request)
+                and request.user.has_perm(PREVIEW_PERMISSIONS["response_preview"])):
             raise PermissionDenied
         pk = int(pk)
         return serve_response(get_object_or_404(Response, pk=pk), f"task-{pk}")
@@ -258,22 +270,26 @@ class InstanceAdmin(NumericKeys, admin.ModelAdmin):
                  else messages.WARNING if outcome.refused else messages.SUCCESS)
         self.message_user(request, outcome.message(done_label), level)
 
+    def _apply(self, request, queryset, verb, done_label):
+        self._report(request, apply_to_each(queryset, verb, request.user, done_label), done_label)
+
     @admin.action(description="Re-enqueue selected tasks", permissions=["change"])
     def reenqueue_tasks(self, request, queryset):
-        self._report(request, apply_to_each(queryset, engine.reenqueue), "re-enqueued")
+        self._apply(request, queryset, engine.reenqueue, "re-enqueued")
 
     @admin.action(description="Pause selected running tasks", permissions=["change"])
     def pause_tasks(self, request, queryset):
-        self._report(request, apply_to_each(queryset, engine.pause), "paused")
+        self._apply(request, queryset, engine.pause, "paused")
 
     @admin.action(description="Resume selected paused tasks", permissions=["change"])
     def resume_tasks(self, request, queryset):
-        self._report(request, apply_to_each(queryset, engine.resume), "resumed")
+        self._apply(request, queryset, engine.resume, "resumed")
 
     @admin.action(description="Cancel selected tasks", permissions=["change"])
     def cancel_tasks(self, request, queryset):
-        self._report(request, apply_to_each(queryset, engine.cancel), "cancelled")
+        self._apply(request, queryset, engine.cancel, "cancelled")
 
     @admin.action(description="Delete selected ended tasks", permissions=["delete_ended"])
     def delete_ended_tasks(self, request, queryset):
-        self._report(request, delete_each_ended(queryset, engine.delete_ended), "deleted")
+        self._report(request, delete_each_ended(queryset, engine.delete_ended, request.user),
+                     "deleted")

@@ -39,7 +39,7 @@ class ReadOnlyAdmin(NumericKeys, admin.ModelAdmin):
 
 @admin.register(LogRecord)
 class LogRecordAdmin(ReadOnlyAdmin):
-    list_display = ["id", "instance", "time", "state", "attempt", "daemon", "excerpt"]
+    list_display = ["id", "instance", "time", "state", "attempt", "daemon", "actor", "excerpt"]
     list_filter = [("status", ChoiceDropdownFilter)]
     raw_id_fields = ["instance"]
     ordering = ["-id"]

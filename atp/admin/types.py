@@ -4,9 +4,9 @@ from django import forms
 from django.contrib import admin, messages
 from django.db.models import Count, OuterRef, Subquery
 from django.db.models.functions import Coalesce
-from django.utils.html import format_html_join
+from django.utils.html import format_html, format_html_join
 
-from atp import engine, registry, stats
+from atp import audit, engine, registry, stats
 from atp.admin.actions import Outcome
 from atp.admin.keys import NumericKeys
 from atp.admin.paginators import no_facets
@@ -16,7 +16,8 @@ from atp.states import LIVE
 from atp.templatetags.atp import status_badge
 
 #: What an operator may change on a type's page; the rest comes from code.
-TUNABLE = ["description", "timeout", "max_restarts", "retention", "max_concurrency"]
+TUNABLE = ["description", "timeout", "max_restarts", "retention", "max_concurrency",
+           "max_input_bytes", "max_response_bytes"]
 
 
 class TypeForm(forms.ModelForm):
@@ -41,7 +42,7 @@ class TypeForm(forms.ModelForm):
 @admin.register(Type)
 class TypeAdmin(NumericKeys, admin.ModelAdmin):
     list_display = ["identifier", "handler", "timeout", "max_restarts", "retention",
-                    "max_concurrency", "is_paused", "live_tasks"]
+                    "max_concurrency", "is_paused", "live_tasks", "run_by"]
     list_filter = ["is_paused", "input_format"]
     search_fields = ["identifier", "handler"]
     actions = ["pause_types", "resume_types", "unregister_types"]
@@ -49,10 +50,10 @@ class TypeAdmin(NumericKeys, admin.ModelAdmin):
     # The handler and the input format come from code; the rest an operator may tune
     # (a @task_type declaration sets again what it names when the daemon starts).
     readonly_fields = ["identifier", "handler", "input_format", "is_paused",
-                       "live_by_state", "created", "updated"]
+                       "live_by_state", "run_by", "created", "updated"]
     fields = ["identifier", "handler", "input_format", "description", "timeout",
-              "max_restarts", "retention", "max_concurrency", "is_paused", "live_by_state",
-              "created", "updated"]
+              "max_restarts", "retention", "max_concurrency", "max_input_bytes",
+              "max_response_bytes", "is_paused", "live_by_state", "run_by", "created", "updated"]
 
     class Media:
         css = {"all": ["atp/atp.css"]}
@@ -78,11 +79,19 @@ class TypeAdmin(NumericKeys, admin.ModelAdmin):
             Task.objects.filter(type=OuterRef("pk"), instance__status__in=LIVE)
             .order_by().values("type").annotate(count=Count("pk")).values("count")
         )
-        return super().get_queryset(request).annotate(live=Coalesce(Subquery(live), 0))
+        queryset = super().get_queryset(request).annotate(live=Coalesce(Subquery(live), 0))
+        return stats.with_runners(queryset)
 
     @admin.display(description="live tasks", ordering="live")
     def live_tasks(self, obj):
         return obj.live
+
+    @admin.display(description="run by", ordering="runners")
+    def run_by(self, obj):
+        """How many live daemons run the type: those that have loaded its handler."""
+        if obj.runners:
+            return f"{obj.runners} live daemon{'s' if obj.runners > 1 else ''}"
+        return format_html('<span class="atp-warning">{}</span>', "no live daemon runs this type")
 
     @admin.display(description="live tasks by state")
     def live_by_state(self, obj):
@@ -95,7 +104,9 @@ class TypeAdmin(NumericKeys, admin.ModelAdmin):
         outcome = Outcome()
         for task_type in queryset:
             verb(task_type)
-            outcome.done += 1
+            outcome.changed.append(task_type)
+        audit.record(request.user, Type, [(t.pk, t) for t in outcome.changed],
+                     done_label.capitalize())
         self.message_user(request, outcome.message(done_label))
 
     @admin.action(description="Pause selected types (no new task starts)", permissions=["change"])
@@ -118,6 +129,8 @@ class TypeAdmin(NumericKeys, admin.ModelAdmin):
             except TaskTypeNotFound:
                 outcome.refused["already gone"] += 1
             else:
-                outcome.done += 1
+                outcome.changed.append(task_type)
+        audit.record(request.user, Type, [(t.pk, t) for t in outcome.changed], "Unregistered",
+                     deleted=True)
         level = messages.WARNING if outcome.refused else messages.SUCCESS
         self.message_user(request, outcome.message("unregistered"), level)

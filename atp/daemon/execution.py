@@ -32,13 +32,17 @@ def run_task(pk, attempt, handler_path, daemon=""):
     """Run attempt ``attempt`` of task ``pk`` with the handler its type names, and record the end.
 
     Handler exceptions and errors of atp's own steps fail the task; a ``SystemExit``
-    or a crash ends the worker, and the supervisor restarts the task.
+    or a crash ends the worker, and the supervisor restarts the task. A handler this
+    worker has not loaded hands the task back.
     """
     discard_broken_connections()
     try:
-        handler = resolve_handler(handler_path)
+        handler = resolve_handler(handler_path, may_import=False)
     except InvalidHandler as exc:
-        _record(engine.fail, pk, attempt, daemon, message=f"not run: {exc}")
+        # Not this daemon's to run (its supervisor claims only the types whose handler
+        # it loaded): back to the queue for one that has the code, no restart spent.
+        _record(engine.hand_back, pk, attempt, daemon,
+                message=storable(f"not run by daemon {daemon}: {exc}"))
         return
     instance = _start(pk, attempt, daemon)
     if instance is None:

@@ -16,6 +16,7 @@ from multiprocessing.connection import wait
 from atp import engine
 from atp.conf import conf
 from atp.daemon import control, maintenance
+from atp.daemon.catalog import Catalog
 from atp.daemon.events import Every, SignalInbox
 from atp.daemon.lease import Lease, clock
 from atp.daemon.outage import (
@@ -55,12 +56,12 @@ class Supervisor:
             context, self.lease, before_fork=self._before_fork, private_fds=self._private_fds
         )
         self.daemon = None
+        self.catalog = Catalog(config.types)
         self.pending = PendingWrites()
         self.stop_requests = 0
         self.drain_deadline = None
         self.outage = Outage()
         self.should_claim = True
-        self.claim_error = None
         self.heartbeats = Every(conf.HEARTBEAT_INTERVAL_SECONDS)
         self.controls = Every(CONTROL_INTERVAL_SECONDS)
         self.polls = Every(config.poll_interval)
@@ -95,11 +96,9 @@ class Supervisor:
             try:
                 sync_declared_types()
                 claimable_types(self.config.types)  # unknown --types fail here, clearly
-                sent = clock()
-                self.daemon = engine.register_daemon(
-                    workers=self.config.workers, types=self.config.types or ()
-                )
-                self.lease.renew(sent)
+                # Before the workers are forked: they run the code loaded now.
+                self.catalog.load(may_import=True)
+                self._register()
                 maintenance.reap_gone_daemons_on_this_host(self.daemon)
                 break
             except CONNECTION_ERRORS as exc:
@@ -109,9 +108,8 @@ class Supervisor:
                 time.sleep(delay)
         self.pool.spawn(self.config.workers)
         logger.info(
-            "atpd %s started: %s workers, types %s%s", self.daemon, self.config.workers,
-            ",".join(self.config.types) if self.config.types else "all",
-            ", burst" if self.config.burst else "",
+            "atpd %s started: %s workers, running types %s%s", self.daemon, self.config.workers,
+            ",".join(self.catalog.identifiers()) or "none", ", burst" if self.config.burst else "",
         )
 
     def _is_finished(self):
@@ -293,6 +291,7 @@ class Supervisor:
             control.apply(control.decide(self.pool, self.daemon, now), self.daemon, self._end)
             self.controls.done(now)
         if self.maintenance.is_due(now):
+            self._reload_catalog()
             maintenance.reap_stale_daemons(self.daemon)
             maintenance.purge_expired()
             maintenance.prune_stopped_daemons()
@@ -316,11 +315,21 @@ class Supervisor:
         for worker in self.pool.busy():
             self._end(worker, Ending.LEASE_LOST, f"daemon {self.daemon} was declared dead",
                       kill=True)
+        self._register()
+
+    def _register(self):
         sent = clock()
         self.daemon = engine.register_daemon(
             workers=self.config.workers, types=self.config.types or ()
         )
+        engine.serve_types(self.daemon, self.catalog.type_ids())
         self.lease.renew(sent)
+
+    def _reload_catalog(self):
+        """Take on types that appeared (with their handler loaded here) or went away."""
+        if self.catalog.load(may_import=False):
+            engine.serve_types(self.daemon, self.catalog.type_ids())
+            self.should_claim = True
 
     def _may_claim(self, now):
         return (
@@ -332,34 +341,39 @@ class Supervisor:
     def _claim(self, now):
         idle = self.pool.idle()
         self.polls.done(now)
+        types = self.catalog.identifiers()
         try:
-            instances = engine.dequeue(self.daemon, limit=len(idle), types=self.config.types)
+            instances = engine.dequeue(self.daemon, limit=len(idle), types=types) if types else []
         except DaemonStopped:
             self._register_again()
             return
-        except TaskTypeNotFound as exc:
-            # A served type was unregistered: wait for it to come back, do not crash.
-            if str(exc) != self.claim_error:
-                logger.error("atpd %s claims nothing: %s", self.daemon, exc)
-            self.claim_error = str(exc)
-            self.should_claim = False
+        except TaskTypeNotFound:
+            self._reload_catalog()  # a type went away since the catalog was read
             return
-        if self.claim_error:
-            logger.info("atpd %s claims again", self.daemon)
-            self.claim_error = None
         self.should_claim = len(instances) == len(idle)
-        for worker, instance in zip(idle, instances, strict=False):
+        for instance in instances:
             task_type = instance.type
+            if not self.catalog.can_run(task_type.identifier, task_type.handler):
+                self._hand_back_unknown(instance)
+                continue
             assignment = Assignment(
                 instance.pk, instance.attempt, task_type.identifier, task_type.handler,
                 task_type.timeout.total_seconds(), daemon=self.daemon,
             )
             try:
-                worker.assign(assignment)
+                idle.pop(0).assign(assignment)
             except OSError:
                 pass  # the worker just died: its death restarts the task
         if self.config.burst and not instances and not self.pool.busy():
             self._begin_drain("burst: nothing left to run")
+
+    def _hand_back_unknown(self, instance):
+        # Its type's handler changed since the catalog was read: not ours to run.
+        reason = (f"not run by daemon {self.daemon}: it has not loaded handler "
+                  f"{instance.type.handler}")
+        self.pending.add(f"hand back task id={instance.pk}", lambda: engine.hand_back(
+            instance.pk, reason, attempt=instance.attempt, daemon=self.daemon))
+        self._reload_catalog()
 
     # -- the end -------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ from atp.engine.daemons import (
     register_daemon,
     restart_leases,
     retire_daemon,
+    serve_types,
     stale_daemons,
 )
 from atp.engine.enqueue import enqueue, enqueue_many
@@ -43,6 +44,6 @@ __all__ = [
     "get_response", "get_type", "hand_back", "heartbeat", "log", "pause", "pause_type",
     "prune_daemons", "purge_finished", "reap_daemon", "reenqueue", "register_daemon", "release",
     "register_task_type", "restart", "restart_leases", "resume", "resume_type", "retire_daemon",
-    "set_progress", "set_response", "set_status", "stale_daemons", "start", "start_and_load",
+    "serve_types", "set_progress", "set_response", "set_status", "stale_daemons", "start", "start_and_load",
     "sync_declared_types", "unregister_task_type", "update_task_type",
 ]

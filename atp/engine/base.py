@@ -34,6 +34,14 @@ def daemon_label(daemon):
     return "" if daemon is None else str(daemon)
 
 
+def actor_label(by):
+    """Return how the history names the person ``by`` (a user, a name, or None)."""
+    if by is None:
+        return ""
+    name = by.get_username() if hasattr(by, "get_username") else str(by)
+    return name[:150]
+
+
 def load_on_access(obj, *field_names):
     """Forget fields that were written as database expressions such as ``Now()``.
 

@@ -38,6 +38,12 @@ def register_daemon(*, workers=0, types=()):
 
 
 @queue_write
+def serve_types(daemon, type_ids):
+    """Record that ``daemon`` runs the types ``type_ids`` (and no other) from now on."""
+    Daemon.objects.get(pk=pk_of(daemon)).serves.set(list(type_ids))
+
+
+@queue_write
 def heartbeat(daemon):
     """Record that ``daemon`` is alive; return False if it was declared stopped meanwhile."""
     return bool(

@@ -20,7 +20,7 @@ from atp.engine.types import get_type
 from atp.exceptions import InputsTooLarge, InvalidParameter, TaskAlreadyExists
 from atp.models import IDENTIFIER_MAX_LENGTH, Inputs, Instance, LogRecord, Task
 from atp.registry import DURATION_MAX
-from atp.serialization import check_text, dump_inputs
+from atp.serialization import InputFormat, check_pickle_enabled, check_text, dump_inputs
 from atp.states import Status
 
 PRIORITY_MIN, PRIORITY_MAX = -32768, 32767
@@ -109,7 +109,10 @@ def _fill_primary_keys(task_type, instances):
 
 
 def _dump(inputs, task_type):
-    """Return ``inputs`` encoded for ``task_type``; raise ``InputsNotSerializable`` or ``InputsTooLarge``."""
+    """Return ``inputs`` encoded for ``task_type``; raise ``InputsNotSerializable``,
+    ``InputsTooLarge``, or ``InvalidParameter`` for a pickle type while pickle is off."""
+    if task_type.input_format == InputFormat.PICKLE:
+        check_pickle_enabled()
     data = dump_inputs(inputs, task_type.input_format)
     size, limit = len(data.encode("utf-8")), task_type.input_limit
     if size > limit:

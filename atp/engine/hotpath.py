@@ -40,7 +40,8 @@ def _build(model, values):
 
 INSTANCE_WIDTH = len(Instance._meta.concrete_fields)
 TYPE_WIDTH = len(Type._meta.concrete_fields)
-LOG_COLUMNS = f"INSERT INTO {LOG} (instance_id, time, status, attempt, message, daemon)"
+# A daemon's own entries: no person made them (actor is empty).
+LOG_COLUMNS = f"INSERT INTO {LOG} (instance_id, time, status, attempt, message, daemon, actor)"
 
 DAEMON = Daemon._meta.db_table
 
@@ -71,7 +72,8 @@ WITH alive AS (
     RETURNING t.instance_id, t.priority, t.not_before
 ), logged AS (
     {LOG_COLUMNS}
-    SELECT id, STATEMENT_TIMESTAMP(), '{Status.SCHEDULED}', attempt, '', %(label)s FROM scheduled
+    SELECT id, STATEMENT_TIMESTAMP(), '{Status.SCHEDULED}', attempt, '', %(label)s, ''
+    FROM scheduled
 )
 SELECT meta.alive, meta.strays, {_columns(Instance, "s")}, {_columns(Type, "ty")}
 FROM (
@@ -117,7 +119,8 @@ WITH started AS (
     RETURNING {_columns(Instance, "i")}
 ), logged AS (
     {LOG_COLUMNS}
-    SELECT id, STATEMENT_TIMESTAMP(), '{Status.RUNNING}', attempt, '', %(label)s FROM started
+    SELECT id, STATEMENT_TIMESTAMP(), '{Status.RUNNING}', attempt, '', %(label)s, ''
+    FROM started
 )
 SELECT {_columns(Instance, "s")}, {_columns(Type, "ty")}, {_columns(Inputs, "inp")}
 FROM started s JOIN {TYPE} ty ON ty.id = s.type_id JOIN {INPUTS} inp ON inp.instance_id = s.id
@@ -153,7 +156,7 @@ WITH dequeued AS (
     RETURNING i.id, i.attempt
 ), logged AS (
     {LOG_COLUMNS}
-    SELECT id, STATEMENT_TIMESTAMP(), '{Status.FINISHED}', attempt, %(message)s, %(label)s
+    SELECT id, STATEMENT_TIMESTAMP(), '{Status.FINISHED}', attempt, %(message)s, %(label)s, ''
     FROM finished
 ), stored AS (
     INSERT INTO {RESPONSE} (instance_id, data, content_type, charset, size, stored)

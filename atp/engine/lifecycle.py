@@ -42,9 +42,9 @@ def release_lease(pk, *, hold=False):
 
 
 @queue_write
-def start(instance, *, attempt=None, daemon=None):
+def start(instance, *, attempt=None, daemon=None, by=None):
     """Move a SCHEDULED task to RUNNING (its time-out clock runs since the claim)."""
-    return _start(pk_of(instance), attempt, daemon)
+    return _start(pk_of(instance), attempt, daemon, by)
 
 
 @queue_write
@@ -57,16 +57,16 @@ def start_and_load(instance, *, attempt, daemon=None):
     return Instance.objects.select_related("type", "inputs").get(pk=pk)
 
 
-def _start(pk, attempt, daemon):
+def _start(pk, attempt, daemon, by=None):
     return move(
         pk, Status.RUNNING, sources={Status.SCHEDULED}, attempt=attempt,
-        changes={"started": Now()}, daemon=daemon,
+        changes={"started": Now()}, daemon=daemon, by=by,
     )
 
 
 @queue_write
 def finish(instance, message="", *, attempt=None, daemon=None, response=None,
-           content_type=None):
+           content_type=None, by=None):
     """Move a RUNNING (or just paused) task to FINISHED and take it off the queue.
 
     A ``response`` other than None is stored in the same transaction (see
@@ -82,12 +82,12 @@ def finish(instance, message="", *, attempt=None, daemon=None, response=None,
         store_response(pk, response, content_type)
     return move(
         pk, Status.FINISHED, sources={Status.RUNNING, Status.PAUSED}, attempt=attempt,
-        changes={"finished": Now()}, message=message, daemon=daemon,
+        changes={"finished": Now()}, message=message, daemon=daemon, by=by,
     )
 
 
 @queue_write
-def fail(instance, message="", *, attempt=None, daemon=None):
+def fail(instance, message="", *, attempt=None, daemon=None, by=None):
     """Move an in-flight task to FAILED, with the reason, and take it off the queue.
 
     Without ``attempt`` (an operator's call) a daemon holding the task keeps its
@@ -97,7 +97,7 @@ def fail(instance, message="", *, attempt=None, daemon=None):
     _leave_queue(pk, attempt, Status.FAILED)
     return move(
         pk, Status.FAILED, sources=set(IN_FLIGHT), attempt=attempt,
-        changes={"finished": Now()}, message=message, daemon=daemon,
+        changes={"finished": Now()}, message=message, daemon=daemon, by=by,
     )
 
 

@@ -41,7 +41,7 @@ def delete_task(instance):
 
 @queue_write
 def delete_ended(pks):
-    """Delete the ended tasks among ``pks`` with all they hold; return how many went.
+    """Delete the ended tasks among ``pks`` with all they hold; return the keys of those gone.
 
     Tasks not ended (or gone), and ended ones whose daemon is still stopping their
     worker, are left alone; use ``delete_task`` to hear why.
@@ -50,7 +50,7 @@ def delete_ended(pks):
 
 
 def _delete_locked(tasks):
-    """Delete the ended tasks of ``tasks`` off the queue that no verb holds; return how many.
+    """Delete the ended tasks of ``tasks`` off the queue that no verb holds; return their keys.
 
     Each is locked first and skipped if another transaction holds it (one re-enqueueing
     it, say); a task with a queue row is left to the daemon or the claim that ends it.
@@ -61,10 +61,9 @@ def _delete_locked(tasks):
     if connections[database()].features.has_select_for_update_skip_locked:
         ended = ended.select_for_update(skip_locked=True)
     pks = list(ended.values_list("pk", flat=True))
-    if not pks:
-        return 0
-    _, per_model = Instance.objects.filter(pk__in=pks).delete()
-    return per_model.get(Instance._meta.label, 0)
+    if pks:
+        Instance.objects.filter(pk__in=pks).delete()
+    return pks
 
 
 def purge_finished(older_than=None, type=None, *, batch_size=None, max_batches=None):
@@ -109,6 +108,6 @@ def _purge_batch(type_id, age, batch_size):
     expired = Instance.objects.filter(
         type_id=type_id, status__in=TERMINAL, finished__lt=Now() - Value(age)
     ).order_by("finished")
-    return _delete_locked(Instance.objects.filter(
+    return len(_delete_locked(Instance.objects.filter(
         pk__in=list(expired.values_list("pk", flat=True)[:batch_size])
-    ))
+    )))

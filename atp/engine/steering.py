@@ -24,16 +24,16 @@ ENDED_FOR_RETRY = (Status.FAILED, Status.CANCELLED)
 
 
 @queue_write
-def pause(instance, message=""):
+def pause(instance, message="", *, by=None):
     """Move a RUNNING task to PAUSED and stop its time-out clock; its daemon suspends the worker."""
     pk = pk_of(instance)
     lock_task(pk)
     queue_row(pk).filter(paused_since__isnull=True).update(paused_since=Now())
-    return move(pk, Status.PAUSED, sources={Status.RUNNING}, message=message or "paused")
+    return move(pk, Status.PAUSED, sources={Status.RUNNING}, message=message or "paused", by=by)
 
 
 @queue_write
-def resume(instance, message=""):
+def resume(instance, message="", *, by=None):
     """Resume a PAUSED task.
 
     A task its daemon still runs goes back to RUNNING, its deadline moved by the time
@@ -47,18 +47,18 @@ def resume(instance, message=""):
         attempt = move(
             pk, Status.ACCEPTED, sources={Status.PAUSED}, changes={"started": None},
             message=message or f"resumed: attempt {locked.attempt} was lost while paused, "
-                               "so the task starts again",
+                               "so the task starts again", by=by,
         )
         notify_runnable()
         return attempt
     queue_row(pk).filter(paused_since__isnull=False).update(
         deadline=F("deadline") + (Now() - F("paused_since")), paused_since=None
     )
-    return move(pk, Status.RUNNING, sources={Status.PAUSED}, message=message or "resumed")
+    return move(pk, Status.RUNNING, sources={Status.PAUSED}, message=message or "resumed", by=by)
 
 
 @queue_write
-def cancel(instance, message=""):
+def cancel(instance, message="", *, by=None):
     """Move a live task to CANCELLED; a queued one leaves the queue, a running one is stopped."""
     pk = pk_of(instance)
     locked = lock_task(pk)
@@ -66,12 +66,12 @@ def cancel(instance, message=""):
         queue_row(pk).delete()
     return move(
         pk, Status.CANCELLED, sources=set(LIVE), changes={"finished": Now()},
-        message=message or "cancelled",
+        message=message or "cancelled", by=by,
     )
 
 
 @queue_write
-def reenqueue(instance, message=""):
+def reenqueue(instance, message="", *, by=None):
     """Put a task back in the queue as ACCEPTED, as an operator would.
 
     An in-flight task is stopped by its daemon and claimable again once its worker
@@ -82,7 +82,7 @@ def reenqueue(instance, message=""):
     pk = pk_of(instance)
     locked = lock_task(pk)
     if locked.status in ENDED_FOR_RETRY:
-        return _retry_ended(locked, message or f"re-enqueued after {locked.status}")
+        return _retry_ended(locked, message or f"re-enqueued after {locked.status}", by)
     if locked.status not in IN_FLIGHT:
         raise refusal(pk, Status.ACCEPTED)
     # A lease stays with its daemon until it has stopped the worker; a held task's
@@ -90,18 +90,18 @@ def reenqueue(instance, message=""):
     queue_row(pk).update(deadline=None, paused_since=None)
     attempt = move(
         pk, Status.ACCEPTED, sources=set(IN_FLIGHT), changes={"started": None},
-        message=message or "re-enqueued",
+        message=message or "re-enqueued", by=by,
     )
     if not locked.is_leased:
         notify_runnable()
     return attempt
 
 
-def _retry_ended(locked, message):
+def _retry_ended(locked, message, by):
     pk = locked.pk
     attempt = move(
         pk, Status.ACCEPTED, sources=set(ENDED_FOR_RETRY),
-        changes={"restarts": 0, "started": None, "finished": None}, message=message,
+        changes={"restarts": 0, "started": None, "finished": None}, message=message, by=by,
     )
     if locked.is_leased:
         return attempt  # its daemon is still stopping the last worker; it lets go then
@@ -122,7 +122,7 @@ def _retry_ended(locked, message):
     return attempt
 
 
-def set_status(instance, status, message=""):
+def set_status(instance, status, message="", *, by=None):
     """Move a task to ``status`` through the verb that owns that change.
 
     Raise ``InvalidTransition`` for a change the state table does not allow, or that
@@ -136,12 +136,12 @@ def set_status(instance, status, message=""):
     if target == Status.RUNNING:
         current = Instance.objects.filter(pk=pk).values_list("status", flat=True).first()
         if current == Status.SCHEDULED:
-            return start(pk)
-        return resume(pk, message)
+            return start(pk, by=by)
+        return resume(pk, message, by=by)
     verbs = {
         Status.ACCEPTED: reenqueue, Status.PAUSED: pause, Status.FINISHED: finish,
         Status.FAILED: fail, Status.CANCELLED: cancel,
     }
     if target not in verbs:
         raise refusal(pk, target)
-    return verbs[target](pk, message)
+    return verbs[target](pk, message, by=by)

@@ -7,20 +7,21 @@ before calling ``move``, so two writers of one task queue up instead of deadlock
 
 from django.db.models.functions import Now
 
-from atp.engine.base import daemon_label
+from atp.engine.base import actor_label, daemon_label
 from atp.exceptions import AttemptSuperseded, InvalidTransition, TaskNotFound
 from atp.models import Instance, LogRecord
 from atp.serialization import check_text
 from atp.states import describe_refusal, is_allowed
 
 
-def move(pk, target, *, sources, attempt=None, where=None, changes=None, message="", daemon=None):
+def move(pk, target, *, sources, attempt=None, where=None, changes=None, message="", daemon=None,
+         by=None):
     """Move task ``pk`` from one of ``sources`` to ``target`` and log it; return its attempt.
 
     Run inside a queue transaction. The row changes only while it is still in one of
     ``sources``, still on ``attempt`` when one is given (fencing) and still matches
     ``where``; otherwise raise ``AttemptSuperseded``, ``InvalidTransition`` or
-    ``TaskNotFound`` and change nothing.
+    ``TaskNotFound`` and change nothing. ``by`` names the person who asked for it.
     """
     illegal = [source for source in sources if not is_allowed(source, target)]
     if illegal:
@@ -32,17 +33,17 @@ def move(pk, target, *, sources, attempt=None, where=None, changes=None, message
         raise refusal(pk, target, attempt=attempt)
     if attempt is None:
         attempt = Instance.objects.filter(pk=pk).values_list("attempt", flat=True).get()
-    write_history(pk, target, attempt, message, daemon)
+    write_history(pk, target, attempt, message, daemon, by=by)
     return attempt
 
 
-def write_history(pk, status, attempt, message, daemon=None):
+def write_history(pk, status, attempt, message, daemon=None, *, by=None):
     """Add an entry to task ``pk``'s history; raise ``InvalidParameter`` for a message
     no database stores (the caller's transaction then rolls back)."""
     check_text(message, "a history message")
     LogRecord.objects.create(
         instance_id=pk, time=Now(), status=status, attempt=attempt, message=message,
-        daemon=daemon_label(daemon),
+        daemon=daemon_label(daemon), actor=actor_label(by),
     )
 
 

@@ -5,6 +5,7 @@ from django.db.models.deletion import ProtectedError
 from django.utils import timezone
 
 from atp import registry
+from atp.conf import conf
 from atp.engine.base import queue_write
 from atp.engine.notify import notify_runnable
 from atp.exceptions import InvalidParameter, TaskTypeInUse, TaskTypeNotFound
@@ -43,13 +44,17 @@ def _save_type(identifier, handler_path, parameters):
 def sync_declared_types():
     """Write every ``@task_type`` declaration to the database; return the types.
 
-    Raise ``InvalidHandler`` for a declared handler that may not run.
+    A pickle type is left out while ``ATP_PICKLE_ENABLED`` is off (``manage.py check``
+    says so). Raise ``InvalidHandler`` for a declared handler that may not run.
     """
-    return [_sync(declaration) for declaration in registry.declarations().values()]
+    return [_sync(declaration) for declaration in registry.declarations().values()
+            if conf.PICKLE_ENABLED or not registry.is_pickled(declaration)]
 
 
 def _sync(declaration):
     registry.resolve_handler(declaration.handler)
+    if registry.is_pickled(declaration):
+        registry.check_pickle_enabled()
     return _save_type(declaration.identifier, declaration.handler, declaration.parameters)
 
 

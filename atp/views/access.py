@@ -5,9 +5,9 @@ from functools import wraps
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 
-#: Seeing tasks; changing them (re-enqueue, pause, resume, cancel).
-VIEW = "atp.view_instance"
-CHANGE = "atp.change_instance"
+from atp.permissions import CHANGE, VIEW, VIEW_INPUTS, VIEW_RESPONSE
+
+__all__ = ["CHANGE", "VIEW", "VIEW_INPUTS", "VIEW_RESPONSE", "staff_member"]
 
 
 def staff_member(permission):

@@ -1,20 +1,21 @@
 """The task pages: the list, one task, its response, its JSON status, and the buttons."""
 
 from django.contrib import messages
+from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponseBadRequest, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from atp import engine
+from atp import audit, engine
 from atp.converters import parse_task_id
 from atp.exceptions import InvalidTransition, TaskAlreadyExists, TaskNotFound
 from atp.http import serve_response
 from atp.models import Instance, Response, Type
 from atp.presentation import HISTORY_SHOWN, describe_inputs, refusal_reason, timeline
 from atp.states import IN_FLIGHT, LIVE, Status
-from atp.views.access import CHANGE, VIEW, staff_member
+from atp.views.access import CHANGE, VIEW, VIEW_INPUTS, VIEW_RESPONSE, staff_member
 
 PAGE_SIZE = 50
 
@@ -87,13 +88,16 @@ def task_detail(request, pk):
         "timeline": timeline(reversed(list(history)), instance.status, timezone.now()),
         "history_total": instance.log_records.count(),
         "response": Response.objects.filter(pk=pk).defer("data").first(),
+        "may_view_response": request.user.has_perm(VIEW_RESPONSE),
         "is_final": instance.is_terminal,
     }
     if request.GET.get("partial") == "1":
         return render(request, "atp/_task_live.html", context)
     can_change = request.user.has_perm(CHANGE)
+    may_view_inputs = request.user.has_perm(VIEW_INPUTS)
     context.update(
-        inputs=describe_inputs(pk),
+        inputs=describe_inputs(pk) if may_view_inputs else None,
+        may_view_inputs=may_view_inputs,
         buttons=[(verb, verb.replace("reenqueue", "re-enqueue"))
                  for verb, (_, _, states) in ACTIONS.items()
                  if can_change and instance.status in states],
@@ -105,7 +109,8 @@ def task_detail(request, pk):
 def task_status(request, pk):
     """Return the task's state, progress, times and response URL as JSON, for pollers."""
     task = get_object_or_404(Instance.objects.select_related("type"), pk=pk)
-    has_response = Response.objects.filter(pk=pk).exists()
+    has_response = (request.user.has_perm(VIEW_RESPONSE)
+                    and Response.objects.filter(pk=pk).exists())
     return JsonResponse({
         "id": task.pk, "type": task.type.identifier, "identifier": task.identifier,
         "status": task.status, "attempt": task.attempt, "restarts": task.restarts,
@@ -123,6 +128,8 @@ def task_status(request, pk):
 @staff_member(VIEW)
 def task_response(request, pk):
     """Send the task's response: shown when harmless (text, JSON, images), else downloaded."""
+    if not request.user.has_perm(VIEW_RESPONSE):
+        raise PermissionDenied
     return serve_response(get_object_or_404(Response, pk=pk), f"task-{pk}")
 
 
@@ -134,11 +141,12 @@ def task_action(request, pk, verb):
         raise Http404("no such action")
     apply, done, _ = ACTIONS[verb]
     try:
-        apply(pk)
+        apply(pk, by=request.user)
     except TaskNotFound:
         raise Http404("no such task") from None
     except (InvalidTransition, TaskAlreadyExists) as exc:
         messages.error(request, f"Task #{pk} was not {done}: {refusal_reason(exc)}.")
     else:
+        audit.record(request.user, Instance, audit.task_names([pk]), done.capitalize())
         messages.success(request, f"Task #{pk} {done}.")
     return redirect("atp:task_detail", pk=pk)

@@ -75,7 +75,7 @@ def test_the_task_page_previews_inputs_and_responses(admin, noop_type):
     assert f'<img src="/admin/atp/instance/{task.pk}/response/"' in page
 
 
-def test_a_pickled_input_is_described_never_unpickled(admin, tmp_path):
+def test_a_pickled_input_is_described_never_unpickled(pickle_enabled, admin, tmp_path):
     from tests.test_serialization import Tripwire
 
     atp.register_task_type("tests.pickled", "tests.handlers.echo", input_format="pickle")
@@ -116,7 +116,7 @@ def test_delete_ended_deletes_only_ended_tasks_across_a_large_selection(admin, n
     live = TaskFactory(type=noop_type)
     response = admin.post(CHANGELIST, {"action": "delete_ended_tasks", "select_across": "1",
                                        "index": "0", "_selected_action": [live.pk]})
-    assert last_message(response) == "20 deleted, 1 refused: not ended"
+    assert last_message(response) == "20 deleted, 1 refused: not ended, or its worker is still being stopped"
     assert list(Instance.objects.values_list("pk", flat=True)) == [live.pk]
     assert ended
 
@@ -171,10 +171,10 @@ def test_an_action_reports_a_task_that_failed_and_carries_on(admin, noop_type, m
     tasks = [TaskFactory(type=noop_type, status=Status.RUNNING) for _ in range(3)]
     real_cancel = engine.cancel
 
-    def cancel(pk):
+    def cancel(pk, by=None):
         if pk == tasks[1].pk:
             raise RuntimeError("the database went away")
-        return real_cancel(pk)
+        return real_cancel(pk, by=by)
 
     monkeypatch.setattr(instances.engine, "cancel", cancel)
     response = admin.post(CHANGELIST, {"action": "cancel_tasks",

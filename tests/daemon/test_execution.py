@@ -70,16 +70,16 @@ def test_a_type_naming_a_function_outside_the_allowed_modules_runs_nothing(db, c
     # Someone with database access points the type at a function of their choice.
     Type.objects.filter(identifier="tests.evil").update(handler="os.system")
     task = claimed(atp.enqueue("tests.evil", f"touch {tmp_path}/pwned"))
-    run_task(task.pk, task.attempt, task.type.handler)
+    run_task(task.pk, task.attempt, task.type.handler, "host:1")
     instance, last = ran(task)
-    assert instance.status == Status.FAILED
-    assert last.message == ("not run: handler 'os.system' is not in an installed app or in "
-                            "ATP_HANDLER_MODULES; it is not run")
+    assert (instance.status, instance.restarts) == (Status.ACCEPTED, 0)
+    assert last.message == ("not run by daemon host:1: handler 'os.system' is not in an "
+                            "installed app or in ATP_HANDLER_MODULES; it is not run")
     assert not (tmp_path / "pwned").exists()
     assert not LogRecord.objects.filter(instance=task, status=Status.RUNNING).exists()
 
 
-def test_tampered_pickled_inputs_are_never_unpickled(db, claimed):
+def test_tampered_pickled_inputs_are_never_unpickled(pickle_enabled, db, claimed):
     from atp.models import Inputs
 
     atp.register_task_type("tests.pickled", "tests.handlers.echo", input_format="pickle")
@@ -166,7 +166,7 @@ class Ephemeral:
     """A class that exists when a task is enqueued, and no more when it runs."""
 
 
-def test_pickled_inputs_naming_a_class_that_is_gone_fail_the_task_once(db, claimed, monkeypatch):
+def test_pickled_inputs_naming_a_class_that_is_gone_fail_the_task_once(pickle_enabled, db, claimed, monkeypatch):
     import tests.handlers
 
     atp.register_task_type("tests.pickled", "tests.handlers.echo", input_format="pickle")

@@ -111,7 +111,8 @@ def test_a_served_type_unregistered_mid_run_does_not_stop_the_daemon(start_daemo
     wait_until(lambda: Daemon.objects.filter(pid=daemon.pid).exists(), timeout=30,
                message="daemon registered")
     atp.unregister_task_type("tests.echo")
-    wait_until(lambda: "claims nothing" in daemon.output(), timeout=30, message="error logged")
+    wait_until(lambda: "does not run type tests.echo: no task type of that name is registered"
+               in daemon.output(), timeout=30, message="error logged")
     assert daemon.process.poll() is None
     atp.register_task_type("tests.echo", "tests.handlers.echo")
     task = atp.enqueue("tests.echo")

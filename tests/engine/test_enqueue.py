@@ -126,7 +126,7 @@ def test_non_json_inputs_are_refused_and_change_nothing(noop_type, row_counts):
     assert row_counts() == before
 
 
-def test_a_pickle_type_takes_what_json_cannot(db):
+def test_a_pickle_type_takes_what_json_cannot(pickle_enabled, db):
     atp.register_task_type("tests.pickled", "tests.handlers.echo", input_format="pickle")
     instance = atp.enqueue("tests.pickled", {"path": Path("/tmp")})
     inputs = Inputs.objects.get(pk=instance.pk)

@@ -6,7 +6,7 @@ import atp
 from atp import engine
 from atp.engine.transitions import move
 from atp.exceptions import AttemptSuperseded, InvalidTransition
-from atp.models import Instance, LogRecord, Task
+from atp.models import Instance, LogRecord, Response, Task
 from atp.states import Status
 from tests.factories import TaskFactory, claim_exactly, snapshot
 
@@ -35,29 +35,37 @@ def test_a_run_moves_through_the_rfc_states_and_ends_off_the_queue(noop_type, da
     assert not Task.objects.filter(pk=queued.pk).exists()
 
 
-def test_writes_from_a_superseded_attempt_are_ignored(noop_type, daemon):
-    """Fencing: once an attempt is given up, its late writes change nothing."""
+#: Every write a worker makes for its attempt, as the worker of attempt 1 would make it late.
+LATE_WRITES = {
+    "finish": lambda pk, d: engine.finish(pk, attempt=1, daemon=d, response="late"),
+    "fail": lambda pk, d: engine.fail(pk, "late failure", attempt=1, daemon=d),
+    "start": lambda pk, d: engine.start(pk, attempt=1, daemon=d),
+    "hand back": lambda pk, d: engine.hand_back(pk, attempt=1, daemon=d),
+    "restart": lambda pk, d: engine.restart(pk, "late", attempt=1, daemon=d),
+    "progress": lambda pk, d: engine.set_progress(pk, 5, 10, attempt=1),
+    "response": lambda pk, d: engine.set_response(pk, "late", attempt=1),
+    "log": lambda pk, d: engine.log(pk, "late", attempt=1, daemon=d),
+}
+
+
+@pytest.mark.parametrize("newer", [Status.SCHEDULED, Status.RUNNING, Status.PAUSED])
+@pytest.mark.parametrize("write", LATE_WRITES)
+def test_writes_from_a_superseded_attempt_are_ignored(noop_type, daemon, newer, write):
+    """Fencing: once an attempt is given up, its late writes change nothing, whatever
+    the newer attempt is doing (running or paused: states the old one could write in)."""
     instance = TaskFactory(type=noop_type, status=Status.RUNNING, daemon=daemon)
     engine.restart(instance, "daemon lost", attempt=1)
-    second = claim_exactly(instance, daemon)
-    assert second.attempt == 2
+    other = engine.register_daemon()
+    claim_exactly(instance, other)
+    if newer != Status.SCHEDULED:
+        engine.start(instance, attempt=2, daemon=other)
+    if newer == Status.PAUSED:
+        atp.pause(instance)
     before = snapshot(instance)
-    for late_write in (
-        lambda: engine.finish(instance, attempt=1),
-        lambda: engine.fail(instance, "late failure", attempt=1),
-        lambda: engine.start(instance, attempt=1),
-        lambda: engine.hand_back(instance, attempt=1),
-        lambda: engine.restart(instance, "late", attempt=1),
-        lambda: engine.set_progress(instance, 5, 10, attempt=1),
-        lambda: engine.set_response(instance, "late", attempt=1),
-        lambda: engine.log(instance, "late", attempt=1),
-    ):
-        with pytest.raises(AttemptSuperseded, match="attempt 1 was superseded by attempt 2"):
-            late_write()
+    with pytest.raises(AttemptSuperseded, match="attempt 1 was superseded by attempt 2"):
+        LATE_WRITES[write](instance.pk, daemon)
     assert snapshot(instance) == before
-    engine.start(instance, attempt=2)
-    engine.finish(instance, attempt=2)
-    assert Instance.objects.get(pk=instance.pk).status == Status.FINISHED
+    assert not Response.objects.filter(instance=instance).exists()
 
 
 def test_restarts_are_counted_until_the_limit_then_the_task_fails(db, daemon):

@@ -14,19 +14,20 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def task(noop_type):
-    instance = TaskFactory(type=noop_type, status=Status.RUNNING)
-    atp.set_response(instance, "partial result")
+    instance = TaskFactory(type=noop_type, status=Status.RUNNING, inputs={"secret": "s3cr3t-in"})
+    atp.set_response(instance, "s3cr3t-out")
     return instance
 
 
 def pages(pk):
     return [
         "/atp/", "/atp/?partial=1", "/atp/tasks/", f"/atp/tasks/{pk}/",
-        f"/atp/tasks/{pk}/?partial=1", f"/atp/tasks/{pk}.json", f"/atp/tasks/{pk}/response",
+        f"/atp/tasks/{pk}/?partial=1", f"/atp/tasks/{pk}.json",
     ]
 
 
-SEES = {"view only", "can change", "superuser"}
+SEES = {"view only", "reads inputs and responses", "can change", "superuser"}
+READS = {"reads inputs and responses", "can change", "superuser"}
 CHANGES = {"can change", "superuser"}
 
 
@@ -62,8 +63,7 @@ def test_buttons_are_for_staff_who_may_change_tasks(log_in, task, role):
 @pytest.mark.parametrize("role", ROLES)
 def test_the_admin_follows_the_same_permissions(log_in, task, role):
     client = log_in(role)
-    urls = ["/admin/atp/instance/", f"/admin/atp/instance/{task.pk}/change/",
-            f"/admin/atp/instance/{task.pk}/response/"]
+    urls = ["/admin/atp/instance/", f"/admin/atp/instance/{task.pk}/change/"]
     for url in urls:
         status = client.get(url).status_code
         if role in SEES:
@@ -77,6 +77,30 @@ def test_the_admin_follows_the_same_permissions(log_in, task, role):
     })
     changed = Instance.objects.get(pk=task.pk).status == Status.CANCELLED
     assert changed == (role in CHANGES), response.status_code
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_inputs_and_responses_need_their_own_permissions(log_in, task, role):
+    """Inputs and responses may hold what other staff must not read."""
+    client = log_in(role)
+    if role not in SEES:
+        return  # the pages themselves are closed to them (above)
+    reads = role in READS
+    page = client.get(f"/atp/tasks/{task.pk}/").content.decode()
+    assert ("s3cr3t-in" in page) == reads
+    assert ("hidden: you may not view task inputs" in page) == (not reads)
+    live = client.get(f"/atp/tasks/{task.pk}/?partial=1").content.decode()
+    assert (f"/atp/tasks/{task.pk}/response" in live) == reads
+    download = client.get(f"/atp/tasks/{task.pk}/response")
+    assert download.status_code == (200 if reads else 403)
+    assert (b"s3cr3t-out" in download.content) == reads
+    status = client.get(f"/atp/tasks/{task.pk}.json").json()
+    assert (status["response_url"] is not None) == reads
+    admin_page = client.get(f"/admin/atp/instance/{task.pk}/change/").content.decode()
+    assert ("s3cr3t-in" in admin_page) == reads
+    assert ("s3cr3t-out" in admin_page) == reads
+    admin_download = client.get(f"/admin/atp/instance/{task.pk}/response/")
+    assert admin_download.status_code == (200 if reads else 403)
 
 
 def test_buttons_refuse_a_post_without_the_csrf_token(log_in, task):

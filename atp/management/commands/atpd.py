@@ -2,10 +2,12 @@
 
 import argparse
 import logging
+import os
 import sys
 
 from django.core.management.base import BaseCommand, CommandError
 
+from atp.conf import conf
 from atp.daemon import DaemonConfig, Supervisor
 from atp.daemon.config import default_workers
 from atp.exceptions import AtpError
@@ -78,12 +80,27 @@ class Command(BaseCommand):
             "(default: ATP_POLL_INTERVAL_SECONDS, 1).",
         )
         parser.add_argument(
+            "--allow-root", action="store_true",
+            help="Run as root although ATP_PICKLE_ENABLED is on (a forged pickle would then "
+            "run code as root).",
+        )
+        parser.add_argument(
+            "--reload", action="store_true",
+            help="Restart atpd gracefully when the project's Python code changes (for "
+            "development; a daemon runs the code it started with).",
+        )
+        parser.add_argument(
             "--log-level", choices=LOG_LEVELS, type=str.upper, default="INFO",
             help="Level of atpd's log on standard error (default INFO).",
         )
 
     def handle(self, *args, **options):
         _configure_logging(options["log_level"])
+        _refuse_root_with_pickle(options["allow_root"])
+        if options["reload"]:
+            from atp.daemon.reload import run_with_reload
+
+            sys.exit(run_with_reload())
         try:
             config = DaemonConfig(
                 workers=options["workers"] or default_workers(),
@@ -99,6 +116,23 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from exc
         if exit_code:
             sys.exit(exit_code)
+
+
+def _refuse_root_with_pickle(allowed):
+    """Raise ``CommandError`` for atpd run as root with pickled inputs on, unless ``allowed``."""
+    if os.geteuid() != 0 or conf.PICKLE_ENABLED is not True:
+        return
+    if allowed:
+        logging.getLogger("atp").warning(
+            "atpd runs as root with ATP_PICKLE_ENABLED on (--allow-root): a forged pickle "
+            "would run code as root")
+        return
+    raise CommandError(
+        "atpd refuses to run as root while ATP_PICKLE_ENABLED is on: whoever can write "
+        "a task's inputs and forge their signature could run code as root. Run atpd as "
+        "an unprivileged user (User= in its systemd unit), turn ATP_PICKLE_ENABLED off, "
+        "or pass --allow-root to take that risk."
+    )
 
 
 def _configure_logging(level):

@@ -22,8 +22,10 @@ class Command(BaseCommand):
             signal.signal(signum, _interrupt)
         # A session of its own: Ctrl-C reaches the server only, and atpd gets one
         # SIGTERM from here, which lets its running tasks finish.
+        # --reload: edit atp_demo/tasks.py and the daemon restarts with the new code.
         atpd = subprocess.Popen(
-            [sys.executable, "manage.py", "atpd", "--workers", workers, "--shutdown-timeout", "5"],
+            [sys.executable, "manage.py", "atpd", "--workers", workers, "--shutdown-timeout", "5",
+             "--reload"],
             start_new_session=True,
         )
         try:

@@ -1,0 +1,199 @@
+"""Check the suite against the guards of the queue's transitions: remove each, a test must fail.
+
+    python -m tests.guards [--database sqlite|postgres|both] [--only TEXT] [--list]
+
+A guard no test needs is a guard nobody checked. For every guard of a transition
+(a status, an attempt, a lease holder, a stopped daemon, a held task) this copies the
+project to a temporary directory, removes that one guard from the copy, and runs the
+fast tests of the queue there; the run must fail. It prints one line per guard and
+database, and exits 1 if a guard survived (no test failed without it). ``make guards``
+runs it on both databases (about 15 minutes); it is not part of ``make test``.
+"""
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+#: The tests that exercise the guards directly: the queue verbs and the worker's steps.
+TESTS = ["tests/engine", "tests/daemon/test_execution.py", "tests/test_states.py",
+         "tests/daemon/test_control.py::test_a_task_stuck_before_its_handler_starts_times_out_from_its_claim"]
+POSTGRES_URL = os.environ.get("ATP_TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test")
+
+
+@dataclass(frozen=True)
+class Guard:
+    """One guard: where it is written, and the same code without it."""
+
+    name: str
+    path: str
+    guarded: str
+    unguarded: str
+    databases: tuple = ("sqlite", "postgres")
+
+
+HOT = ("postgres",)  # the single-statement forms run on PostgreSQL only
+ORM = ("sqlite",)  # the ORM forms of the verbs PostgreSQL runs as single statements
+
+GUARDS = [
+    # The compare-and-set behind every state change.
+    Guard("move: status", "atp/engine/transitions.py",
+          "filter(pk=pk, status__in=sources, **(where or {}))", "filter(pk=pk, **(where or {}))"),
+    Guard("move: attempt", "atp/engine/transitions.py",
+          "rows = rows.filter(attempt=attempt)", "pass"),
+    Guard("restart: restarts spent", "atp/engine/transitions.py",
+          "filter(pk=pk, status__in=sources, **(where or {}))", "filter(pk=pk, status__in=sources)"),
+    # Claims.
+    Guard("claim: task is ACCEPTED (hot)", "atp/engine/hotpath.py",
+          "AND i.status = '{Status.ACCEPTED}'", "", HOT),
+    Guard("claim: row unleased (hot)", "atp/engine/hotpath.py",
+          "WHERE daemon_id IS NULL AND paused_since IS NULL", "WHERE paused_since IS NULL", HOT),
+    Guard("claim: row not held (hot)", "atp/engine/hotpath.py",
+          "WHERE daemon_id IS NULL AND paused_since IS NULL", "WHERE daemon_id IS NULL", HOT),
+    Guard("claim: daemon not stopped (hot)", "atp/engine/hotpath.py",
+          "AND stopped IS NULL FOR NO KEY UPDATE", "FOR NO KEY UPDATE", HOT),
+    Guard("claim: task is ACCEPTED", "atp/engine/claim.py",
+          "good = [pk for pk in pks if states.get(pk) == Status.ACCEPTED]", "good = list(pks)"),
+    Guard("claim: row unleased", "atp/engine/claim.py",
+          "daemon__isnull=True, paused_since__isnull=True, not_before__lte=Now(),",
+          "paused_since__isnull=True, not_before__lte=Now(),"),
+    Guard("claim: row not held", "atp/engine/claim.py",
+          "daemon__isnull=True, paused_since__isnull=True, not_before__lte=Now(),",
+          "daemon__isnull=True, not_before__lte=Now(),"),
+    Guard("claim: daemon not stopped", "atp/engine/claim.py",
+          "Daemon.objects.filter(pk=daemon.pk, stopped__isnull=True)",
+          "Daemon.objects.filter(pk=daemon.pk)", ORM),
+    Guard("claim: concurrency counts leases", "atp/engine/claim.py",
+          "Task.objects.filter(type_id__in=limited, daemon__isnull=False)",
+          "Instance.objects.filter(type_id__in=limited, status__in=IN_FLIGHT)"),
+    # A worker's start and finish.
+    Guard("start: attempt (hot)", "atp/engine/hotpath.py",
+          "AND i.attempt = %(attempt)s\n    RETURNING {_columns(Instance, \"i\")}\n), logged",
+          "\n    RETURNING {_columns(Instance, \"i\")}\n), logged", HOT),
+    Guard("start: SCHEDULED (hot)", "atp/engine/hotpath.py",
+          "WHERE i.id = %(pk)s AND i.status = '{Status.SCHEDULED}'", "WHERE i.id = %(pk)s", HOT),
+    Guard("finish: attempt (hot)", "atp/engine/hotpath.py",
+          "FROM dequeued WHERE i.id = dequeued.instance_id AND i.attempt = %(attempt)s",
+          "FROM dequeued WHERE i.id = dequeued.instance_id", HOT),
+    Guard("finish: running or paused (hot)", "atp/engine/hotpath.py",
+          "        AND i.status IN ('{Status.RUNNING}', '{Status.PAUSED}')\n", "", HOT),
+    Guard("finish: leased (hot)", "atp/engine/hotpath.py",
+          "WHERE instance_id = %(pk)s AND daemon_id IS NOT NULL", "WHERE instance_id = %(pk)s",
+          HOT),
+    Guard("finish, fail: leased", "atp/engine/lifecycle.py",
+          "if not queue_row(pk).filter(daemon__isnull=False).delete()[0]:",
+          "if not queue_row(pk).delete()[0] and False:"),
+    # Records written while a task runs.
+    Guard("records: attempt runs", "atp/engine/records.py",
+          'row["attempt"] == attempt and row["status"] in RUNS',
+          'row["attempt"] == attempt'),
+    Guard("progress: attempt", "atp/engine/records.py",
+          "        rows = rows.filter(attempt=attempt)\n", ""),
+    # Leases given up, taken away, held.
+    Guard("release: lease holder", "atp/engine/lifecycle.py",
+          'if locked.lease != getattr(daemon, "pk", daemon):', "if not locked.has_row:"),
+    Guard("hold: leased", "atp/engine/lifecycle.py",
+          "if not locked.is_leased or not rows.update(**changes):",
+          "if not rows.update(**changes):"),
+    Guard("cancel: keeps a lease", "atp/engine/steering.py",
+          "    if locked.has_row and not locked.is_leased:\n        queue_row(pk).delete()\n    return move(\n        pk, Status.CANCELLED",
+          "    if locked.has_row:\n        queue_row(pk).delete()\n    return move(\n        pk, Status.CANCELLED"),
+    Guard("re-enqueue: waits for the lease", "atp/engine/steering.py",
+          "    if locked.is_leased:\n        return attempt  # its daemon",
+          "    if False:\n        return attempt  # its daemon"),
+    Guard("resume: held", "atp/engine/steering.py", "    if locked.is_held:\n", "    if False:\n"),
+    Guard("delete: lease", "atp/engine/maintenance.py", "    if locked.is_leased:\n", "    if False:\n"),
+    # Daemons.
+    Guard("heartbeat: not stopped", "atp/engine/daemons.py",
+          "Daemon.objects.filter(pk=pk_of(daemon), stopped__isnull=True).update(heartbeat=Now())",
+          "Daemon.objects.filter(pk=pk_of(daemon)).update(heartbeat=Now())"),
+    Guard("reap: still silent", "atp/engine/daemons.py",
+          "        rows = rows.filter(heartbeat__lt=Now() - Value(silent_for))\n", ""),
+    Guard("let go: lease holder", "atp/engine/daemons.py",
+          "    if locked.lease != pk_of(daemon):\n        return False\n", ""),
+    Guard("time-out from the claim", "atp/engine/claim.py",
+          "daemon=daemon, claimed=Now(), deadline=Now() + timeout", "daemon=daemon, claimed=Now()",
+          ORM),
+    Guard("time-out from the claim (hot)", "atp/engine/hotpath.py",
+          ",\n        deadline = STATEMENT_TIMESTAMP() + ty.timeout", "", HOT),
+]
+
+
+def copy_project(destination):
+    """Copy the files git tracks (and new ones it does not ignore) to ``destination``."""
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=PROJECT_ROOT,
+        capture_output=True, text=True, check=True,
+    ).stdout.splitlines()
+    for name in listed:
+        source = PROJECT_ROOT / name
+        if source.is_file():
+            target = destination / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+
+
+def remove(guard, root):
+    path = root / guard.path
+    text = path.read_text()
+    if text.count(guard.guarded) != 1:
+        raise SystemExit(f"guard {guard.name!r}: its code is not once in {guard.path}; "
+                         "update tests/guards.py to the code")
+    path.write_text(text.replace(guard.guarded, guard.unguarded))
+
+
+def run_tests(root, database):
+    env = {**os.environ, "PYTHONPATH": str(root), "PYTHONDONTWRITEBYTECODE": "1"}
+    env.pop("ATP_TEST_DATABASE_URL", None)
+    if database == "postgres":
+        env["ATP_TEST_DATABASE_URL"] = POSTGRES_URL
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *TESTS],
+        cwd=root, env=env, capture_output=True, text=True,
+    )
+    return result.returncode
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--database", choices=["sqlite", "postgres", "both"], default="both")
+    parser.add_argument("--only", default="", help="check the guards whose name holds this")
+    parser.add_argument("--list", action="store_true", help="list the guards and stop")
+    options = parser.parse_args()
+    guards = [g for g in GUARDS if options.only in g.name]
+    if options.list:
+        for guard in guards:
+            print(f"{guard.name:40} {guard.path} ({', '.join(guard.databases)})")
+        return 0
+    databases = ["sqlite", "postgres"] if options.database == "both" else [options.database]
+    survivors = []
+    began = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="atp-guards-") as scratch:
+        pristine = Path(scratch) / "pristine"
+        copy_project(pristine)
+        for database in databases:
+            if run_tests(pristine, database) != 0:
+                raise SystemExit(f"the tests fail on {database} with every guard in place")
+        for guard in guards:
+            for database in (d for d in databases if d in guard.databases):
+                root = Path(scratch) / "mutant"
+                shutil.rmtree(root, ignore_errors=True)
+                shutil.copytree(pristine, root)
+                remove(guard, root)
+                caught = run_tests(root, database) != 0
+                print(f"{'caught  ' if caught else 'SURVIVED'} {guard.name:40} {database}",
+                      flush=True)
+                if not caught:
+                    survivors.append((guard.name, database))
+    print(f"{len(guards)} guards, {len(survivors)} survived, in {time.monotonic() - began:.0f} s")
+    return 1 if survivors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

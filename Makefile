@@ -12,6 +12,8 @@ PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 export ATP_TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test
 ATP_BENCH_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/atp_bench
+export ATP_CHAOS_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/atp_chaos
+CHAOS_ARGS ?=
 ATP_REQUIRE_POSTGRES ?= 0
 DJANGO_COMPAT ?= Django>=4.2,<5.0
 
@@ -84,9 +86,15 @@ screenshots: $(VENV)/.installed browser
 		tests/browser/test_screenshots.py
 
 # Remove each guard of the queue's transitions in turn; a test must fail every time
-# (tests/guards.py; about 15 minutes, on demand).
+# (tests/guards.py; about 10 minutes, on demand).
 guards: $(VENV)/.installed
 	$(PY) -m tests.guards
+
+# Daemons SIGKILLed at random while an operator steers tasks at random, on PostgreSQL
+# (tests/chaos.py; its database $(ATP_CHAOS_DATABASE_URL) is recreated). It prints its
+# figures and fails if an invariant broke, a task ran twice at once or never ended.
+chaos: $(VENV)/.installed
+	$(PY) -m tests.chaos $(CHAOS_ARGS)
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check atp atp_demo tests bench

@@ -13,6 +13,7 @@ transient any more.
 
 from dataclasses import dataclass
 
+from django.db import connections, router, transaction
 from django.db.models import F, OuterRef, Q, Subquery
 
 from atp.models import Instance, LogRecord, Task
@@ -47,8 +48,22 @@ class Violation:
 def check_queue(*, settled=False, limit=100):
     """Return the ``Violation`` of every rule, at most ``limit`` per rule (empty: all holds).
 
-    With ``settled`` no transient row is allowed: use it once every daemon stopped.
+    The rules are checked on one snapshot of the database, so that verbs committing
+    meanwhile cannot make it see half a change. With ``settled`` no transient row is
+    allowed: use it once every daemon stopped.
     """
+    alias = router.db_for_read(Instance)
+    connection = connections[alias]
+    if connection.in_atomic_block:  # the caller's transaction is the snapshot
+        return _check(settled, limit)
+    with transaction.atomic(using=alias):
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        return _check(settled, limit)
+
+
+def _check(settled, limit):
     violations = []
     for rule, detail, offenders in _offenders(settled):
         violations += [Violation(rule, pk, detail) for pk in offenders[:limit]]

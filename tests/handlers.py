@@ -168,3 +168,51 @@ def spawn_sleep(task, inputs):
     Path(inputs["pid_file"]).write_text(str(child.pid))
     while True:
         time.sleep(0.05)
+
+
+def chaos(task, inputs):
+    """A task of ``make chaos`` (tests/chaos.py), one of several kinds.
+
+    It holds an exclusive lock named after the task while it runs: a second attempt
+    running at the same time cannot take it and leaves a mark saying so. The kernel
+    drops the lock when the process dies, however it dies. Each start and end goes to
+    a ledger.
+    """
+    directory = Path(inputs["directory"])
+    lock = open(directory / f"{task.id}.lock", "w")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        (directory / f"{task.id}-{task.attempt}.overlap").write_text("")
+        raise RuntimeError("another attempt of this task is running") from None
+    _ledger(directory, "start", task)
+    kind = inputs["kind"]
+    if kind == "crash" and task.attempt % 2:
+        os._exit(3)  # the worker dies on odd attempts: restarted, then it succeeds
+    if kind == "fail":
+        raise ValueError("chaos: this one fails")
+    if kind == "timeout":
+        time.sleep(3600)  # beyond its type's time-out: stopped, restarted, failed
+    if kind == "spawn":
+        import subprocess
+
+        child = subprocess.Popen(["sleep", "600"])
+        (directory / f"{task.id}-{task.attempt}.spawned").write_text(str(child.pid))
+    time.sleep(float(inputs["seconds"]))
+    _ledger(directory, "end", task)
+    return {"attempt": task.attempt}
+
+
+def _ledger(directory, event, task):
+    with open(directory / "ledger", "a") as ledger:
+        ledger.write(f"{event} {task.id} {task.attempt} {time.time():.6f}\n")
+
+
+def spawn_and_return(task, inputs):
+    """Start ``sleep 600`` (and one that leaves the group), note their pids, and return."""
+    import subprocess
+
+    children = [subprocess.Popen(["sleep", "600"]),
+                subprocess.Popen(["sleep", "600"], start_new_session=True)]
+    Path(inputs["pid_file"]).write_text(" ".join(str(child.pid) for child in children))
+    return "left them running"

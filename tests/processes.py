@@ -81,7 +81,8 @@ class Daemon:
         return launcher.children()[0].pid
 
     def output(self):
-        self.log.flush()
+        if not self.log.closed:
+            self.log.flush()
         return self.log_path.read_text()
 
     def signal(self, signum):

@@ -9,7 +9,8 @@ signal is one the worker handles (not SIGKILL): a worker killed outright would l
 its handler's processes to init. A watchdog that sees the parent change catches the
 rest, and while it runs a task the worker also ends itself and its group when the
 daemon's lease runs out. A worker suspended by a pause gets SIGHUP and SIGCONT from
-the kernel when its group is orphaned, and goes the same way.
+the kernel when its group is orphaned, and goes the same way. When an attempt ends,
+whatever its handler started and left running is killed too.
 """
 
 import ctypes
@@ -18,6 +19,7 @@ import os
 import select
 import signal
 import threading
+from pathlib import Path
 
 import psutil
 
@@ -29,6 +31,7 @@ from atp.daemon.outage import close_connections
 logger = logging.getLogger(__name__)
 
 PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
 #: What Linux sends a worker when its supervisor dies.
 PARENT_DEATH_SIGNAL = signal.SIGHUP
 WATCHDOG_INTERVAL_SECONDS = 0.2
@@ -61,8 +64,10 @@ def worker_main(channel, lease_deadline, parent_pid, inherited_fds):
     while True:
         try:
             message = channel.recv()
-        except EOFError:
+        except EOFError:  # the supervisor closed the channel: stop
             break
+        except OSError:  # the supervisor is gone: so is this worker, and its group
+            _end_group(EXIT_PARENT_GONE)
         if message[0] == "stop":
             break
         _, pk, attempt, handler, daemon = message
@@ -71,7 +76,11 @@ def worker_main(channel, lease_deadline, parent_pid, inherited_fds):
             run_task(pk, attempt, handler, daemon)
         finally:
             _running.clear()
-        channel.send(("done", pk, attempt))
+            _end_attempt_processes()
+        try:
+            channel.send(("done", pk, attempt))
+        except OSError:  # the supervisor is gone: so is this worker, and its group
+            _end_group(EXIT_PARENT_GONE)
     close_connections()
 
 
@@ -93,6 +102,8 @@ def _die_with_parent(parent_pid):
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(PR_SET_PDEATHSIG, PARENT_DEATH_SIGNAL)
+        # Orphans of what a handler started come to this worker, not to init.
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 1)
     except (OSError, AttributeError):
         pass  # not Linux: the watchdog notices the parent's death instead
     if os.getppid() != parent_pid:  # the parent died before the signal was armed
@@ -112,6 +123,42 @@ def _watchdog(signals, lease_deadline, parent_pid):
 
 def _end_group(exit_code):
     """Kill every other process of this worker's group, and all they started, then end."""
+    _kill_the_rest()
+    os._exit(exit_code)
+
+
+def _end_attempt_processes():
+    """Kill what the attempt's handler started and left running: nothing outlives it.
+
+    The worker is a child subreaper, so what its handler started stays its descendant
+    even when orphaned. Most handlers start nothing: a look at this process's
+    children files settles that without reading every process of the host.
+    """
+    if not _has_children():
+        return
+    try:
+        descendants = psutil.Process().children(recursive=True)
+    except psutil.Error:
+        return
+    for process in descendants:
+        try:
+            process.kill()
+        except psutil.Error:
+            continue
+    psutil.wait_procs(descendants, timeout=1)  # reap them: they are ours
+
+
+def _has_children():
+    """Return whether this process has a child (a zombie counts), asking the kernel cheaply."""
+    try:
+        return any((task / "children").read_text().strip()
+                   for task in Path("/proc/self/task").iterdir())
+    except OSError:
+        return True  # no such files here: look the slow way
+
+
+def _kill_the_rest():
+    """Kill every process of this worker's group and every descendant."""
     me = os.getpid()
     doomed = {}
     for process in psutil.process_iter():
@@ -130,4 +177,3 @@ def _end_group(exit_code):
             process.kill()
         except psutil.Error:
             continue
-    os._exit(exit_code)

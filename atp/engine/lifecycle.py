@@ -130,7 +130,7 @@ def restart(instance, reason, *, attempt=None, daemon=None):
         queue_row(pk).delete()
         return move(
             pk, Status.FAILED, sources=set(IN_FLIGHT), attempt=attempt,
-            where={"restarts": spent}, changes={"finished": Now()}, daemon=daemon,
+            changes={"finished": Now()}, daemon=daemon,
             message=f"{reason}; restart limit reached ({limit} restarts)",
         )
     reason = f"{reason}; restart {spent + 1} of {limit}"
@@ -139,7 +139,7 @@ def restart(instance, reason, *, attempt=None, daemon=None):
     release_lease(pk)
     attempt = move(
         pk, Status.ACCEPTED, sources=set(IN_FLIGHT), attempt=attempt,
-        where={"restarts": spent}, changes={"restarts": F("restarts") + 1, "started": None},
+        changes={"restarts": F("restarts") + 1, "started": None},
         daemon=daemon, message=reason,
     )
     notify_runnable()

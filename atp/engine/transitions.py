@@ -14,19 +14,18 @@ from atp.serialization import check_text
 from atp.states import describe_refusal, is_allowed
 
 
-def move(pk, target, *, sources, attempt=None, where=None, changes=None, message="", daemon=None,
-         by=None):
+def move(pk, target, *, sources, attempt=None, changes=None, message="", daemon=None, by=None):
     """Move task ``pk`` from one of ``sources`` to ``target`` and log it; return its attempt.
 
     Run inside a queue transaction. The row changes only while it is still in one of
-    ``sources``, still on ``attempt`` when one is given (fencing) and still matches
-    ``where``; otherwise raise ``AttemptSuperseded``, ``InvalidTransition`` or
-    ``TaskNotFound`` and change nothing. ``by`` names the person who asked for it.
+    ``sources`` and still on ``attempt`` when one is given (fencing); otherwise raise
+    ``AttemptSuperseded``, ``InvalidTransition`` or ``TaskNotFound`` and change
+    nothing. ``by`` names the person who asked for it.
     """
     illegal = [source for source in sources if not is_allowed(source, target)]
     if illegal:
         raise ValueError(f"{illegal} -> {target} is not in atp.states.TRANSITIONS")
-    rows = Instance.objects.filter(pk=pk, status__in=sources, **(where or {}))
+    rows = Instance.objects.filter(pk=pk, status__in=sources)
     if attempt is not None:
         rows = rows.filter(attempt=attempt)
     if not rows.update(status=target, updated=Now(), **(changes or {})):

@@ -123,8 +123,10 @@ def test_a_served_type_unregistered_mid_run_does_not_stop_the_daemon(start_daemo
 
 
 def is_gone(process):
-    """Return whether ``process`` exited (a zombie waiting for init to reap it has)."""
+    """Return whether ``process`` (or pid) exited (a zombie waiting for init to reap it has)."""
     try:
+        if not isinstance(process, psutil.Process):
+            process = psutil.Process(process)
         return process.status() == psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return True
@@ -148,3 +150,18 @@ def test_processes_a_handler_started_die_with_a_killed_supervisor(start_daemon, 
     daemon.wait(10)
     wait_until(lambda: is_gone(sleeper), timeout=10,
                message="the handler's child gone with its supervisor")
+
+
+def test_processes_a_handler_left_running_end_with_its_attempt(start_daemon, tmp_path):
+    atp.register_task_type("tests.spawn_and_return", "tests.handlers.spawn_and_return")
+    pid_file = tmp_path / "sleep.pid"
+    task = atp.enqueue("tests.spawn_and_return", {"pid_file": str(pid_file)})
+    daemon = start_daemon("--workers", 1)
+    wait_until(lambda: statuses([task]) == [Status.FINISHED], timeout=30, message="finished",
+               output=daemon.output)
+    pids = [int(pid) for pid in pid_file.read_text().split()]
+    wait_until(lambda: all(is_gone(pid) for pid in pids), timeout=10,
+               message="what the handler left running gone with its attempt")
+    assert daemon.process.poll() is None
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait(30) == 0

@@ -5,7 +5,7 @@ import pytest
 from django.utils import timezone
 
 from atp import engine
-from atp.models import Instance, Task
+from atp.models import Daemon, Instance, Task
 from atp.states import Status
 from tests.factories import TaskFactory
 
@@ -31,3 +31,12 @@ def test_retiring_a_daemon_hands_back_its_tasks_and_says_how_many(noop_type):
         assert (task.status, task.restarts) == (Status.ACCEPTED, 0)
     assert not Task.objects.filter(daemon=daemon).exists()
     assert not Task.objects.filter(pk=taken.pk).exists()
+
+
+def test_a_daemon_declared_stopped_learns_it_at_its_next_heartbeat(db):
+    daemon = engine.register_daemon()
+    assert engine.heartbeat(daemon) is True
+    engine.reap_daemon(daemon, "silent")
+    before = Daemon.objects.get(pk=daemon.pk).heartbeat
+    assert engine.heartbeat(daemon) is False
+    assert Daemon.objects.get(pk=daemon.pk).heartbeat == before

@@ -40,6 +40,7 @@ LATE_WRITES = {
     "finish": lambda pk, d: engine.finish(pk, attempt=1, daemon=d, response="late"),
     "fail": lambda pk, d: engine.fail(pk, "late failure", attempt=1, daemon=d),
     "start": lambda pk, d: engine.start(pk, attempt=1, daemon=d),
+    "start and load": lambda pk, d: engine.start_and_load(pk, attempt=1, daemon=d),
     "hand back": lambda pk, d: engine.hand_back(pk, attempt=1, daemon=d),
     "restart": lambda pk, d: engine.restart(pk, "late", attempt=1, daemon=d),
     "progress": lambda pk, d: engine.set_progress(pk, 5, 10, attempt=1),
@@ -147,14 +148,46 @@ def test_a_paused_task_whose_attempt_is_lost_stays_paused_until_resumed(noop_typ
     assert last.status is None and "stays paused: resume it to run it again" in last.message
     other = engine.register_daemon()
     assert atp.dequeue(other) == [], "a held task must not run before it is resumed"
-    # A late write of the lost attempt is refused.
-    with pytest.raises(InvalidTransition):
-        engine.finish(paused, attempt=1, daemon=daemon)
+    # A late write of the lost attempt is refused, and it is not held twice.
+    before = snapshot(paused)
+    for late in (lambda: engine.finish(paused, attempt=1, daemon=daemon),
+                 lambda: engine.fail(paused, "late", attempt=1, daemon=daemon),
+                 lambda: engine.restart(paused, "again", attempt=1, daemon=daemon),
+                 lambda: engine.hand_back(paused, "again", attempt=1, daemon=daemon)):
+        with pytest.raises(InvalidTransition):
+            late()
+        assert snapshot(paused) == before
     atp.resume(paused)
     assert Instance.objects.get(pk=paused.pk).status == Status.ACCEPTED
     assert "attempt 1 was lost while paused" in LogRecord.objects.filter(instance=paused).last().message
     [again] = atp.dequeue(other)
     assert (again.pk, again.attempt) == (paused.pk, 2)
+
+
+def test_a_held_task_of_a_limited_type_is_not_claimed_either(db, daemon):
+    atp.register_task_type("tests.limited", "tests.handlers.noop", max_concurrency=5)
+    paused = TaskFactory(type=atp.get_type("tests.limited"), status=Status.PAUSED, daemon=daemon)
+    engine.hand_back(paused, "daemon stopped", attempt=1, daemon=daemon)
+    before = snapshot(paused)
+    assert atp.dequeue(engine.register_daemon(), limit=5) == []
+    assert snapshot(paused) == before
+
+
+@pytest.mark.parametrize("take_away", [
+    lambda t: atp.cancel(t), lambda t: atp.reenqueue(t),
+    lambda t: atp.set_status(t, Status.FAILED), lambda t: atp.set_status(t, Status.FINISHED),
+], ids=["cancel", "reenqueue", "operator fail", "operator finish"])
+@pytest.mark.parametrize("write", ["finish", "fail", "progress", "response", "log"])
+def test_a_running_attempt_taken_away_by_an_operator_writes_nothing_more(
+        noop_type, daemon, take_away, write):
+    """The same attempt, still running until its daemon stops it: its writes are refused."""
+    instance = TaskFactory(type=noop_type, status=Status.RUNNING, daemon=daemon)
+    take_away(instance)
+    before = snapshot(instance)
+    with pytest.raises(InvalidTransition):
+        LATE_WRITES[write](instance.pk, daemon)
+    assert snapshot(instance) == before
+    assert not Response.objects.filter(instance=instance).exists()
 
 
 @pytest.mark.parametrize("verb, status", [

@@ -3,10 +3,11 @@ import datetime
 import pytest
 
 import atp
+from atp import engine
 from atp.exceptions import InvalidParameter, InvalidTransition, TaskNotFound
 from atp.models import Inputs, Instance, LogRecord, Response, Task
 from atp.states import Status
-from tests.factories import TaskFactory
+from tests.factories import TaskFactory, snapshot
 
 pytestmark = pytest.mark.django_db
 
@@ -75,3 +76,15 @@ def test_delete_task_refuses_a_task_in_flight(noop_type, status, row_counts):
     assert row_counts() == before
     with pytest.raises(TaskNotFound):
         atp.delete_task(999999)
+
+
+def test_a_task_whose_worker_is_still_being_stopped_cannot_be_deleted_yet(noop_type, daemon):
+    running = TaskFactory(type=noop_type, status=Status.RUNNING, daemon=daemon)
+    atp.cancel(running)
+    before = snapshot(running)
+    with pytest.raises(InvalidTransition, match="still stopping its last worker"):
+        atp.delete_task(running)
+    assert snapshot(running) == before
+    engine.release(running, daemon=daemon)
+    atp.delete_task(running)
+    assert not Instance.objects.filter(pk=running.pk).exists()

@@ -147,3 +147,26 @@ def test_operator_verbs_on_a_task_its_daemon_hands_back_meanwhile(noop_type, dae
     assert Instance.objects.get(pk=task.pk).status == Status.ACCEPTED
     assert Task.objects.get(pk=task.pk).paused_since is None
     assert_invariants()
+
+
+def test_a_reaper_does_not_restart_a_task_another_daemon_took_since_it_looked(noop_type, daemon):
+    """The reaper lists the dead daemon's leases, then lets go of each under lock: a task
+    handed back and claimed by another daemon in between is not that daemon's to lose."""
+    task = running_task(daemon)
+    other = engine.register_daemon()
+
+    def hand_back_and_claim_elsewhere():
+        engine.hand_back(task.pk, "stopping", attempt=1, daemon=daemon)
+        return engine.dequeue(other)
+
+    first, second = interleave(lambda: engine.restart_leases(daemon, "reaped"),
+                               hand_back_and_claim_elsewhere,
+                               pause_after=r'FROM "atp_task" WHERE "atp_task"."daemon_id" =')
+    first.get()
+    now = Instance.objects.get(pk=task.pk)
+    if second.error is None:  # it got in between (PostgreSQL)
+        assert (now.status, now.attempt, now.restarts) == (Status.SCHEDULED, 2, 0)
+        assert Task.objects.get(pk=task.pk).daemon_id == other.pk
+    else:  # it waited for the reaper (SQLite), then found the task restarted
+        assert (now.status, now.restarts) == (Status.ACCEPTED, 1)
+    assert_invariants()

@@ -34,7 +34,7 @@ from atp.db import retry_budget
 from atp.engine.base import database
 from atp.engine.claim import claimable_types
 from atp.engine.types import sync_declared_types
-from atp.exceptions import DaemonStopped, TaskTypeNotFound
+from atp.exceptions import DaemonStopped
 
 logger = logging.getLogger(__name__)
 
@@ -341,14 +341,10 @@ class Supervisor:
     def _claim(self, now):
         idle = self.pool.idle()
         self.polls.done(now)
-        types = self.catalog.identifiers()
         try:
-            instances = engine.dequeue(self.daemon, limit=len(idle), types=types) if types else []
+            instances = engine.claim_for_daemon(self.daemon, len(idle), self.catalog.type_ids())
         except DaemonStopped:
             self._register_again()
-            return
-        except TaskTypeNotFound:
-            self._reload_catalog()  # a type went away since the catalog was read
             return
         self.should_claim = len(instances) == len(idle)
         for instance in instances:

@@ -5,7 +5,7 @@ rows itself. Each verb is a guarded compare-and-set that writes the task's histo
 in the same transaction (see ``atp.engine.transitions``).
 """
 
-from atp.engine.claim import dequeue
+from atp.engine.claim import claim_for_daemon, dequeue
 from atp.engine.daemons import (
     heartbeat,
     prune_daemons,
@@ -40,7 +40,7 @@ from atp.engine.types import (
 )
 
 __all__ = [
-    "cancel", "delete_ended", "delete_task", "dequeue", "enqueue", "enqueue_many", "fail", "finish",
+    "cancel", "claim_for_daemon", "delete_ended", "delete_task", "dequeue", "enqueue", "enqueue_many", "fail", "finish",
     "get_response", "get_type", "hand_back", "heartbeat", "log", "pause", "pause_type",
     "prune_daemons", "purge_finished", "reap_daemon", "reenqueue", "register_daemon", "release",
     "register_task_type", "restart", "restart_leases", "resume", "resume_type", "retire_daemon",

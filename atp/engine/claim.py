@@ -56,6 +56,19 @@ def dequeue(daemon, limit=1, *, types=None):
     return _claim(daemon, limit, limits)
 
 
+def claim_for_daemon(daemon, limit, type_ids):
+    """Claim up to ``limit`` runnable tasks of the types ``type_ids`` for ``daemon``.
+
+    The daemon's own claim: its types are the ones it has loaded, read by id, so no
+    identifier needs checking. Raise ``DaemonStopped``.
+    """
+    limits = dict(Type.objects.filter(pk__in=type_ids, is_paused=False)
+                  .values_list("pk", "max_concurrency"))
+    if not limits:
+        return []
+    return _claim(daemon, limit, limits)
+
+
 def claimable_types(types=None):
     """Return ``{type id: max_concurrency}`` of unpaused types, among ``types`` when given."""
     rows = Type.objects.filter(is_paused=False)

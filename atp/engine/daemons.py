@@ -114,8 +114,12 @@ def reap_daemon(daemon, reason, *, silent_for=None):
     rows = Daemon.objects.filter(pk=pk_of(daemon), stopped__isnull=True)
     if silent_for is not None:
         rows = rows.filter(heartbeat__lt=Now() - Value(silent_for))
-    if not rows.update(stopped=Now()):
+    # FOR UPDATE, the one lock a claim's KEY SHARE on its daemon's row waits for: a
+    # claim in progress commits first (and its tasks are restarted below), or sees
+    # the daemon stopped and takes nothing.
+    if not list(rows.select_for_update().values_list("pk", flat=True)):
         return 0
+    rows.update(stopped=Now())
     return restart_leases(daemon, reason)
 
 

@@ -45,13 +45,14 @@ LOG_COLUMNS = f"INSERT INTO {LOG} (instance_id, time, status, attempt, message, 
 
 DAEMON = Daemon._meta.db_table
 
-# The order of locks is the one of ``atp.engine.locks``: the daemon's row (a reaper
-# declaring it stopped waits for this claim, or this claim for the reaper), the
-# queue rows (skipping those another claim holds), then the tasks. A row whose task is
+# The order of locks is the one of ``atp.engine.locks``: the daemon's row (KEY SHARE,
+# which the leases' foreign key takes anyway: a reaper's FOR UPDATE before it declares
+# the daemon stopped waits for this claim, or this claim for the reaper), the queue
+# rows (skipping those another claim holds), then the tasks. A row whose task is
 # not ACCEPTED is not taken; its key comes back in ``strays`` for repair.
 CLAIM = f"""
 WITH alive AS (
-    SELECT id FROM {DAEMON} WHERE id = %(daemon)s AND stopped IS NULL FOR NO KEY UPDATE
+    SELECT id FROM {DAEMON} WHERE id = %(daemon)s AND stopped IS NULL FOR KEY SHARE
 ), picked AS (
     SELECT instance_id FROM {TASK}
     WHERE daemon_id IS NULL AND paused_since IS NULL AND not_before <= STATEMENT_TIMESTAMP()

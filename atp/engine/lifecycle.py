@@ -123,7 +123,7 @@ def restart(instance, reason, *, attempt=None, daemon=None):
     instead of re-enqueued. Call it only once no worker runs the attempt any more.
     """
     pk = pk_of(instance)
-    locked = lock_task(pk)
+    locked = _lock_leased(pk, attempt)
     limit = Type.objects.values_list("max_restarts", flat=True).get(pk=locked.type_id)
     spent = locked.restarts
     if spent >= limit:
@@ -153,7 +153,7 @@ def hand_back(instance, message="", *, attempt=None, daemon=None):
     A PAUSED task is held instead: it runs again once an operator resumes it.
     """
     pk = pk_of(instance)
-    locked = lock_task(pk)
+    locked = _lock_leased(pk, attempt)
     message = message or "handed back"
     if locked.status == Status.PAUSED:
         return hold(locked, attempt, message, daemon=daemon, spends_restart=False)
@@ -164,6 +164,19 @@ def hand_back(instance, message="", *, attempt=None, daemon=None):
     )
     notify_runnable()
     return attempt
+
+
+def _lock_leased(pk, attempt):
+    """Lock task ``pk``; raise unless a daemon holds it (an attempt to lose)."""
+    locked = lock_task(pk)
+    if not locked.is_leased:
+        error = refusal(pk, Status.ACCEPTED, attempt=attempt)
+        if type(error) is InvalidTransition:
+            error = InvalidTransition(
+                f"task #{pk} is {locked.status} and no daemon holds it: it has no attempt "
+                "to lose", current=locked.status, target=Status.ACCEPTED)
+        raise error
+    return locked
 
 
 def hold(locked, attempt, reason, *, daemon, spends_restart):
@@ -179,7 +192,7 @@ def hold(locked, attempt, reason, *, daemon, spends_restart):
     changes = {"updated": Now(), "started": None}
     if spends_restart:
         changes["restarts"] = F("restarts") + 1
-    if not locked.is_leased or not rows.update(**changes):
+    if not rows.update(**changes):
         raise refusal(pk, Status.ACCEPTED, attempt=attempt)
     release_lease(pk, hold=True)
     write_history(

@@ -164,6 +164,16 @@ def test_a_paused_task_whose_attempt_is_lost_stays_paused_until_resumed(noop_typ
     assert (again.pk, again.attempt) == (paused.pk, 2)
 
 
+def test_a_held_task_whose_restarts_are_spent_is_not_failed_by_a_late_restart(db, daemon):
+    atp.register_task_type("tests.once", "tests.handlers.noop", max_restarts=1)
+    paused = TaskFactory(type=atp.get_type("tests.once"), status=Status.PAUSED, daemon=daemon)
+    engine.restart(paused, "worker died", attempt=1, daemon=daemon)  # held, 1 of 1 spent
+    before = snapshot(paused)
+    with pytest.raises(InvalidTransition, match="no daemon holds it"):
+        engine.restart(paused, "worker died", attempt=1, daemon=daemon)
+    assert snapshot(paused) == before
+
+
 def test_a_held_task_of_a_limited_type_is_not_claimed_either(db, daemon):
     atp.register_task_type("tests.limited", "tests.handlers.noop", max_concurrency=5)
     paused = TaskFactory(type=atp.get_type("tests.limited"), status=Status.PAUSED, daemon=daemon)

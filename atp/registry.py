@@ -47,7 +47,7 @@ def task_type(identifier, **parameters):
     ``task_type`` attribute holding ``identifier``. Raise ``InvalidParameter`` or
     ``InvalidHandler`` for a bad declaration. A pickle type declared while
     ``ATP_PICKLE_ENABLED`` is off is recorded, reported by ``manage.py check``
-    (``atp.E013``) and not written to the database.
+    (``atp.E014``) and not written to the database.
     """
     identifier = clean_type_identifier(identifier)
     parameters = clean_type_parameters(parameters, allow_pickle=True)

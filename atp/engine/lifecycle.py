@@ -107,11 +107,19 @@ def _leave_queue(pk, attempt, target):
         if not queue_row(pk).filter(daemon__isnull=False).delete()[0]:
             raise refusal(pk, target, attempt=attempt)
         return
-    # Anyone else leaves a lease to the daemon that holds it, which lets go once its
-    # worker is stopped; an unleased row (queued, or held) goes with the task.
+    drop_waiting_row(pk)
+
+
+def drop_waiting_row(pk):
+    """Lock task ``pk`` and delete its queue row unless a daemon holds it; return ``Locked``.
+
+    For an operator ending a task: a lease stays with the daemon that holds it, which
+    lets go once its worker is stopped; an unleased row (queued, or held) goes now.
+    """
     locked = lock_task(pk)
     if locked.has_row and not locked.is_leased:
         queue_row(pk).delete()
+    return locked
 
 
 @queue_write

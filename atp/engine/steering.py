@@ -12,7 +12,14 @@ from django.db.models import F
 from django.db.models.functions import Now
 
 from atp.engine.base import pk_of, queue_write
-from atp.engine.lifecycle import fail, finish, queue_row, release_lease, start
+from atp.engine.lifecycle import (
+    drop_waiting_row,
+    fail,
+    finish,
+    queue_row,
+    release_lease,
+    start,
+)
 from atp.engine.locks import lock_task
 from atp.engine.notify import notify_runnable
 from atp.engine.transitions import move, refusal
@@ -61,9 +68,7 @@ def resume(instance, message="", *, by=None):
 def cancel(instance, message="", *, by=None):
     """Move a live task to CANCELLED; a queued one leaves the queue, a running one is stopped."""
     pk = pk_of(instance)
-    locked = lock_task(pk)
-    if locked.has_row and not locked.is_leased:
-        queue_row(pk).delete()
+    drop_waiting_row(pk)
     return move(
         pk, Status.CANCELLED, sources=set(LIVE), changes={"finished": Now()},
         message=message or "cancelled", by=by,

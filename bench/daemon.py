@@ -1,30 +1,55 @@
-"""Benchmark atpd: how fast it drains the queue, and how soon it starts a new task.
+"""Benchmark atpd: drain rate, latency, enqueue cost and the supervisor's memory.
 
-    python -m bench.daemon [--tasks 5000] [--workers 1 4] [--samples 50]
+    python -m bench.daemon [--tasks 5000] [--workers 1 4] [--samples 200]
+                           [--big 100000] [--json PATH]
 
 The database comes from ATP_BENCH_DATABASE_URL (a fresh temporary SQLite file when
 unset). A PostgreSQL database named there is dropped and created anew. Run it through
-``make bench``, which does both databases.
+``make bench``, which does both databases. Every figure keeps atp's full state history.
 
-- drain: N no-op tasks are enqueued, then ``atpd --burst --workers W`` runs them.
-  The rate is N over the time from the first task's start to the last one's end, on
-  the database clock (process start-up excluded; the wall time is printed too).
-- latency: one daemon with one worker idles; single tasks are enqueued one at a time
-  and each one's start minus its creation (both on the database clock) is taken.
+- W1, drain: N no-op tasks are bulk-enqueued, then ``atpd --burst --workers W`` runs
+  them. The rate is N over the time from the first task's start to the last one's
+  end, on the database clock (process start-up excluded; the wall time is printed).
+- W2, latency: one daemon (one worker, default settings) idles; single tasks are
+  enqueued one at a time, and each one's start and end minus its creation (database
+  clock) are taken: p50, p95, p99.
+- Enqueue: the time of one ``atp.enqueue`` call (its own transaction), p50, and the
+  rate of ``enqueue_many`` in batches of 1,000.
+- W3, big backlog: ``--big`` tasks bulk-enqueued into a queue table that was never
+  analyzed (a fresh database), drained by 4 workers; the supervisor's RSS is sampled
+  every second, and its growth is the last sample minus the one taken once 1,000
+  tasks had finished. ``--big 0`` skips it.
+
+The table goes to standard output and, as JSON, to ``--json`` (default
+``.bench/<database>.json``).
 """
 
 import argparse
+import datetime
+import json
 import os
+import platform
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 from bench.database import recreate_postgres, set_up_django
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+TYPE = "bench.noop"
+BULK_BATCH = 1000
+
+#: The targets of issue 8, per database: (figure, unit, target, higher is better).
+TARGETS = {
+    "postgresql": {"drain_4": 4000, "drain_1": 2500, "start_p50": 2.5, "start_p99": 6,
+                   "finish_p50": 3.5, "enqueue_p50": 1.5, "bulk_rate": 30000},
+    "sqlite": {"drain_4": 3000, "drain_1": 2500, "start_p50": 5, "start_p99": 15,
+               "finish_p50": 6, "enqueue_p50": 1.5, "bulk_rate": 20000},
+}
 
 
 def prepare_database():
@@ -32,10 +57,40 @@ def prepare_database():
     if not url:
         url = f"sqlite:///{tempfile.mkdtemp()}/bench.sqlite3"
         os.environ["ATP_BENCH_DATABASE_URL"] = url
-    elif url.startswith(("postgres://", "postgresql://")):
+    elif is_postgres(url):
         recreate_postgres(url)
     set_up_django("bench.settings")
+    register()
     return url
+
+
+def is_postgres(url):
+    return url.startswith(("postgres://", "postgresql://"))
+
+
+def register():
+    import atp
+
+    atp.register_task_type(TYPE, "bench.handlers.noop")
+
+
+def fresh_database():
+    """Start again from an empty, never-analyzed database (W3)."""
+    from django.core.management import call_command
+    from django.db import connections
+
+    connections.close_all()
+    url = os.environ["ATP_BENCH_DATABASE_URL"]
+    if is_postgres(url):
+        recreate_postgres(url)
+        call_command("migrate", verbosity=0)
+    else:
+        reset()
+        with connections["default"].cursor() as cursor:
+            cursor.execute("SELECT name FROM sqlite_master WHERE name = 'sqlite_stat1'")
+            if cursor.fetchone():
+                cursor.execute("DELETE FROM sqlite_stat1")
+    register()
 
 
 def atpd(*args):
@@ -46,23 +101,38 @@ def atpd(*args):
 
 
 def reset():
-    from atp.models import Daemon, Instance
+    from django.db import connections
 
-    Instance.objects.all().delete()
-    Daemon.objects.all().delete()
+    from atp.models import Daemon, Inputs, Instance, LogRecord, Response, Task
+
+    # In dependency order, without the ORM's cascade collector (slow on 100,000 rows).
+    with connections["default"].cursor() as cursor:
+        for model in (LogRecord, Response, Inputs, Task, Instance):
+            cursor.execute(f"DELETE FROM {model._meta.db_table}")
+        cursor.execute(f"DELETE FROM {Daemon.serves.through._meta.db_table}")
+        cursor.execute(f"DELETE FROM {Daemon._meta.db_table}")
 
 
-def drain(tasks, workers):
+def bulk_enqueue(tasks):
+    import atp
+
+    began = time.perf_counter()
+    for start in range(0, tasks, BULK_BATCH):
+        atp.enqueue_many(TYPE, [None] * min(BULK_BATCH, tasks - start))
+    return tasks / (time.perf_counter() - began)
+
+
+def drain(tasks, workers, *, sample_memory=False):
+    """Enqueue ``tasks`` no-op tasks and drain them; return the figures."""
     from django.db.models import Max, Min
 
-    import atp
     from atp.models import Instance
 
     reset()
-    for start in range(0, tasks, 1000):
-        atp.enqueue_many("bench.noop", [None] * min(1000, tasks - start))
+    bulk_enqueue(tasks)
     began = time.perf_counter()
     daemon = atpd("--burst", "--workers", workers)
+    memory = MemorySampler(daemon.pid) if sample_memory else None
     if daemon.wait() != 0:
         sys.exit("atpd failed")
     wall = time.perf_counter() - began
@@ -70,53 +140,173 @@ def drain(tasks, workers):
     assert done.count() == tasks, f"only {done.count()} of {tasks} finished"
     span = done.aggregate(first=Min("started"), last=Max("finished"))
     seconds = (span["last"] - span["first"]).total_seconds()
-    return tasks / seconds, wall
+    figures = {"rate": tasks / seconds, "wall": wall}
+    if memory is not None:
+        figures.update(memory.result())
+    return figures
+
+
+class MemorySampler:
+    """Sample a process's RSS every second, with how many tasks had finished by then."""
+
+    def __init__(self, pid):
+        import psutil
+
+        self.process = psutil.Process(pid)
+        self.samples = []
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self):
+        import psutil
+        from django.db import connections
+
+        from atp.models import Instance
+
+        try:
+            while True:
+                rss = self.process.memory_info().rss
+                done = Instance.objects.filter(status="FINISHED").count()
+                self.samples.append((done, rss))
+                time.sleep(1.0)
+        except psutil.Error:
+            pass  # it exited
+        finally:
+            connections.close_all()
+
+    def result(self):
+        warm = [rss for done, rss in self.samples if done >= 1000]
+        if len(warm) < 2:
+            return {"rss_growth_mb": None, "rss_mb": None}
+        return {"rss_growth_mb": (warm[-1] - warm[0]) / 2**20, "rss_mb": warm[-1] / 2**20}
 
 
 def latency(samples):
+    """Return enqueue -> start and enqueue -> finished delays (ms) on an idle daemon."""
     import atp
     from atp.models import Instance
 
     reset()
     daemon = atpd("--workers", 1)
+    starts, finishes = [], []
     try:
-        delays = []
         for _ in range(samples + 1):
-            time.sleep(0.25)  # let the daemon go idle
-            instance = atp.enqueue("bench.noop")
-            while (row := Instance.objects.filter(pk=instance.pk, started__isnull=False)
-                   .values("created", "started").first()) is None:
-                time.sleep(0.002)
-            delays.append((row["started"] - row["created"]).total_seconds() * 1000)
-        delays = delays[1:]  # the first task also waited for the workers to start
+            time.sleep(0.05)  # let the daemon go idle
+            instance = atp.enqueue(TYPE)
+            while (row := Instance.objects.filter(pk=instance.pk, finished__isnull=False)
+                   .values("created", "started", "finished").first()) is None:
+                time.sleep(0.001)
+            starts.append((row["started"] - row["created"]).total_seconds() * 1000)
+            finishes.append((row["finished"] - row["created"]).total_seconds() * 1000)
     finally:
         daemon.terminate()
         daemon.wait()
-    quantiles = statistics.quantiles(delays, n=20)
-    return statistics.median(delays), quantiles[18]
+    # The first task also waited for the workers to start.
+    return quantiles(starts[1:]), quantiles(finishes[1:])
+
+
+def quantiles(values):
+    cuts = statistics.quantiles(values, n=100)
+    return {"p50": statistics.median(values), "p95": cuts[94], "p99": cuts[98]}
+
+
+def enqueue_cost(calls, bulk):
+    """Return the p50 of one ``enqueue`` (ms) and the ``enqueue_many`` rate (tasks/s)."""
+    import atp
+
+    reset()
+    times = []
+    for _ in range(calls):
+        began = time.perf_counter()
+        atp.enqueue(TYPE)
+        times.append((time.perf_counter() - began) * 1000)
+    reset()
+    rate = bulk_enqueue(bulk)
+    reset()
+    return statistics.median(times), rate
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", type=int, default=5000)
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 4])
-    parser.add_argument("--samples", type=int, default=50)
+    parser.add_argument("--samples", type=int, default=200)
+    parser.add_argument("--enqueues", type=int, default=1000)
+    parser.add_argument("--bulk", type=int, default=20000)
+    parser.add_argument("--big", type=int, default=100000)
+    parser.add_argument("--json", type=Path, default=None)
     options = parser.parse_args()
     url = prepare_database()
-    import atp
-
-    atp.register_task_type("bench.noop", "bench.handlers.noop")
     from django.db import connection
 
     vendor = connection.vendor
-    print(f"database: {vendor} ({url.rsplit('@', 1)[-1]})")
+    print(f"database: {vendor} ({url.rsplit('@', 1)[-1]})", flush=True)
+    result = {
+        "database": vendor, "date": datetime.date.today().isoformat(),
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
+                    "python": platform.python_version()},
+        "tasks": options.tasks, "figures": {},
+    }
+    figures = result["figures"]
     for workers in options.workers:
-        rate, wall = drain(options.tasks, workers)
-        print(f"drain {options.tasks} no-op tasks, {workers} worker(s): "
-              f"{rate:,.0f} tasks/s (wall {wall:.1f} s with start-up)")
-    p50, p95 = latency(options.samples)
-    print(f"enqueue -> start on an idle daemon, {options.samples} tasks: "
-          f"p50 {p50:.1f} ms, p95 {p95:.1f} ms")
+        drained = drain(options.tasks, workers)
+        figures[f"drain_{workers}"] = drained["rate"]
+        print(f"W1 drain {options.tasks} no-op tasks, {workers} worker(s): "
+              f"{drained['rate']:,.0f} tasks/s (wall {drained['wall']:.1f} s with start-up)",
+              flush=True)
+    start, finish = latency(options.samples)
+    for name, values in (("start", start), ("finish", finish)):
+        for quantile, value in values.items():
+            figures[f"{name}_{quantile}"] = value
+        print(f"W2 enqueue -> {name} on an idle daemon, {options.samples} tasks: "
+              + ", ".join(f"{q} {v:.1f} ms" for q, v in values.items()), flush=True)
+    single, bulk = enqueue_cost(options.enqueues, options.bulk)
+    figures["enqueue_p50"], figures["bulk_rate"] = single, bulk
+    print(f"enqueue: one call p50 {single:.2f} ms; enqueue_many {bulk:,.0f} tasks/s", flush=True)
+    if options.big:
+        fresh_database()
+        big = drain(options.big, 4, sample_memory=True)
+        figures["big_drain_4"] = big["rate"]
+        figures["rss_growth_mb"] = big["rss_growth_mb"]
+        figures["rss_mb"] = big["rss_mb"]
+        print(f"W3 drain {options.big:,} tasks from a never-analyzed table, 4 workers: "
+              f"{big['rate']:,.0f} tasks/s; supervisor RSS {big['rss_mb'] or 0:.1f} MB, "
+              f"growth {big['rss_growth_mb'] or 0:+.1f} MB", flush=True)
+    print_table(result)
+    path = options.json or PROJECT_ROOT / ".bench" / f"{vendor}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"written to {path}")
+
+
+def print_table(result):
+    figures, targets = result["figures"], TARGETS.get(result["database"], {})
+    rows = [
+        (f"drain {result['tasks']:,}, 4 workers", "drain_4", "{:,.0f} tasks/s", True),
+        (f"drain {result['tasks']:,}, 1 worker", "drain_1", "{:,.0f} tasks/s", True),
+        ("enqueue -> start p50", "start_p50", "{:.1f} ms", False),
+        ("enqueue -> start p95", "start_p95", "{:.1f} ms", False),
+        ("enqueue -> start p99", "start_p99", "{:.1f} ms", False),
+        ("enqueue -> finished p50", "finish_p50", "{:.1f} ms", False),
+        ("enqueue -> finished p95", "finish_p95", "{:.1f} ms", False),
+        ("enqueue -> finished p99", "finish_p99", "{:.1f} ms", False),
+        ("single enqueue p50", "enqueue_p50", "{:.2f} ms", False),
+        ("bulk enqueue", "bulk_rate", "{:,.0f} tasks/s", True),
+        ("drain big backlog, 4 workers", "big_drain_4", "{:,.0f} tasks/s", True),
+        ("supervisor RSS growth", "rss_growth_mb", "{:+.1f} MB", False),
+    ]
+    if "drain_4" in figures:
+        targets = {**targets, "big_drain_4": 0.9 * figures["drain_4"]}
+    targets["rss_growth_mb"] = 20
+    print(f"\n| figure ({result['database']}) | measured | target | met |\n|---|---|---|---|")
+    for label, key, form, higher in rows:
+        value = figures.get(key)
+        if value is None:
+            continue
+        target = targets.get(key)
+        met = "" if target is None else ("yes" if (value >= target if higher else value <= target)
+                                         else "no")
+        shown = "" if target is None else ((">= " if higher else "<= ") + form.format(target))
+        print(f"| {label} | {form.format(value)} | {shown} | {met} |")
 
 
 if __name__ == "__main__":

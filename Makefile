@@ -17,7 +17,8 @@ CHAOS_ARGS ?=
 ATP_REQUIRE_POSTGRES ?= 0
 DJANGO_COMPAT ?= Django>=4.2,<5.0
 
-.PHONY: demo test browser test-sqlite test-postgres test-compat bench bench-admin screenshots \
+.PHONY: demo test test-fast browser test-sqlite test-postgres test-orm test-compat bench \
+	bench-admin screenshots \
 	guards chaos lint clean
 
 $(VENV)/.installed: setup.cfg pyproject.toml
@@ -31,7 +32,17 @@ demo: $(VENV)/.installed
 	$(PY) manage.py demo_setup
 	$(PY) manage.py demo_serve 127.0.0.1:8000
 
-test: browser test-sqlite test-postgres
+test: browser test-sqlite test-postgres test-orm
+
+# The edit-test loop: everything but real daemons, processes and large tables, on SQLite.
+test-fast: $(VENV)/.installed
+	env -u ATP_TEST_DATABASE_URL $(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+# The queue verbs' behaviour suite once more on their ORM forms (ATP_ENGINE = "orm"),
+# which serve databases without an engine of their own and operators' verbs.
+ORM_TESTS ?= tests/engine tests/daemon/test_execution.py tests/test_api.py
+test-orm: $(VENV)/.installed
+	env -u ATP_TEST_DATABASE_URL ATP_TEST_ENGINE=orm $(PY) -m pytest $(PYTEST_ARGS) $(ORM_TESTS)
 
 # The browser tests drive Debian's Chromium. Installing it needs root; without it the
 # browser tests are skipped with a message (outside CI, where they must run).

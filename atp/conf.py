@@ -27,6 +27,12 @@ class AtpSettings:
         return getattr(settings, "ATP_SQLITE_WAL", True)
 
     @property
+    def ENGINE(self):
+        """``"auto"``: the hand-written SQL of the database's engine for the verbs every task
+        goes through; ``"orm"``: the ORM forms everywhere (slower; for tests and debugging)."""
+        return getattr(settings, "ATP_ENGINE", "auto")
+
+    @property
     def TRANSACTION_RETRY_SECONDS(self):
         """How long a queue write keeps retrying a locked SQLite database or a deadlock."""
         return getattr(settings, "ATP_TRANSACTION_RETRY_SECONDS", 30.0)

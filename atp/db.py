@@ -135,13 +135,15 @@ def retry_budget(seconds):
         _retry_budget.reset(token)
 
 
-def run_in_transaction(function, alias):
+def run_in_transaction(function, alias, *, single_statement=False):
     """Call ``function()`` in a transaction on ``alias`` and return its result.
 
     Inside the caller's transaction it runs in a savepoint: its writes commit or roll
     back with the caller's, and an error leaves the caller's transaction usable. On its
     own it runs in a new transaction that is retried while the database is busy, for up
-    to ``ATP_TRANSACTION_RETRY_SECONDS``; the last error is raised.
+    to ``ATP_TRANSACTION_RETRY_SECONDS``; the last error is raised. A
+    ``single_statement`` function (one statement, atomic by itself) runs in autocommit
+    mode there: no BEGIN, no COMMIT, one round trip.
     """
     connection = connections[alias]
     if connection.in_atomic_block:
@@ -152,6 +154,8 @@ def run_in_transaction(function, alias):
     delay = RETRY_FIRST_DELAY_SECONDS
     while True:
         try:
+            if single_statement:
+                return function()
             with _outer_transaction(connection, alias):
                 return function()
         except OperationalError as exc:
@@ -160,6 +164,15 @@ def run_in_transaction(function, alias):
             logger.debug("database busy (%s); retrying in %.3f s", exc, delay)
         time.sleep(delay * (0.5 + random.random()))
         delay = min(delay * 2, RETRY_MAX_DELAY_SECONDS)
+
+
+def run_once(function, alias):
+    """Call ``function()``, a write of one statement, atomically on ``alias``; return its result.
+
+    ``run_in_transaction`` with ``single_statement``: in autocommit mode the statement is
+    its own transaction, inside the caller's it runs in a savepoint.
+    """
+    return run_in_transaction(function, alias, single_statement=True)
 
 
 def writes(alias_of):

@@ -1,13 +1,14 @@
 """Check the suite against the guards of the queue's transitions: remove each, a test must fail.
 
-    python -m tests.guards [--database sqlite|postgres|both] [--only TEXT] [--list]
+    python -m tests.guards [--database sqlite|postgres|orm|all] [--only TEXT] [--list]
 
 A guard no test needs is a guard nobody checked. For every guard of a transition
 (a status, an attempt, a lease holder, a stopped daemon, a held task) this copies the
 project to a temporary directory, removes that one guard from the copy, and runs the
 fast tests of the queue there; the run must fail. It prints one line per guard and
 database, and exits 1 if a guard survived (no test failed without it). ``make guards``
-runs it on both databases (about 10 minutes); it is not part of ``make test``.
+runs it on SQLite and PostgreSQL with their engines, and on SQLite with the ORM forms
+(``orm``); it is not part of ``make test``.
 """
 
 import argparse
@@ -35,11 +36,12 @@ class Guard:
     path: str
     guarded: str
     unguarded: str
-    databases: tuple = ("sqlite", "postgres")
+    databases: tuple = ("sqlite", "postgres", "orm")
 
 
-HOT = ("postgres",)  # the single-statement forms run on PostgreSQL only
-ORM = ("sqlite",)  # the ORM forms of the verbs PostgreSQL runs as single statements
+HOT = ("postgres",)  # the PostgreSQL engine's single statements
+LITE = ("sqlite",)  # the SQLite engine's statements
+ORM = ("orm",)  # the ORM forms of the verbs the engines run (ATP_ENGINE = "orm")
 #: Guards against a race between two transactions' statements, which SQLite's one
 #: writer at a time rules out.
 RACES = ("postgres",)
@@ -51,22 +53,34 @@ GUARDS = [
     Guard("move: attempt", "atp/engine/transitions.py",
           "rows = rows.filter(attempt=attempt)", "pass"),
     # Claims.
-    Guard("claim: task is ACCEPTED (hot)", "atp/engine/hotpath.py",
-          "AND i.status = '{Status.ACCEPTED}'", "", HOT),
-    Guard("claim: row unleased (hot)", "atp/engine/hotpath.py",
+    Guard("claim: task is ACCEPTED (hot)", "atp/engine/postgresql.py",
+          ' AND {one_of("i.status", sources_of(Status.SCHEDULED))}', "", HOT),
+    Guard("claim: row unleased (hot)", "atp/engine/postgresql.py",
           "WHERE daemon_id IS NULL AND paused_since IS NULL", "WHERE paused_since IS NULL", HOT),
-    Guard("claim: row not held (hot)", "atp/engine/hotpath.py",
+    Guard("claim: row not held (hot)", "atp/engine/postgresql.py",
           "WHERE daemon_id IS NULL AND paused_since IS NULL", "WHERE daemon_id IS NULL", HOT),
-    Guard("claim: daemon not stopped (hot)", "atp/engine/hotpath.py",
+    Guard("claim: daemon not stopped (hot)", "atp/engine/postgresql.py",
           "AND stopped IS NULL FOR KEY SHARE", "FOR KEY SHARE", HOT),
+    Guard("claim: task is ACCEPTED (lite)", "atp/engine/sqlite.py",
+          "        f\"AND {one_of('status', CLAIMABLE)} RETURNING",
+          "        f\"RETURNING", LITE),
+    Guard("claim: row unleased (lite)", "atp/engine/sqlite.py",
+          '"WHERE daemon_id IS NULL AND paused_since IS NULL AND not_before <= %s "',
+          '"WHERE paused_since IS NULL AND not_before <= %s "', LITE),
+    Guard("claim: row not held (lite)", "atp/engine/sqlite.py",
+          '"WHERE daemon_id IS NULL AND paused_since IS NULL AND not_before <= %s "',
+          '"WHERE daemon_id IS NULL AND not_before <= %s "', LITE),
+    Guard("claim: daemon not stopped (lite)", "atp/engine/sqlite.py",
+          "WHERE id = %s AND stopped IS NULL", "WHERE id = %s", LITE),
     Guard("claim: task is ACCEPTED", "atp/engine/claim.py",
-          "good = [pk for pk in pks if states.get(pk) == Status.ACCEPTED]", "good = list(pks)"),
+          "good = [pk for pk in pks if states.get(pk) == Status.ACCEPTED]", "good = list(pks)",
+          ORM),
     Guard("claim: row unleased", "atp/engine/claim.py",
           "daemon__isnull=True, paused_since__isnull=True, not_before__lte=Now(),",
-          "paused_since__isnull=True, not_before__lte=Now(),"),
+          "paused_since__isnull=True, not_before__lte=Now(),", ORM),
     Guard("claim: row not held", "atp/engine/claim.py",
           "daemon__isnull=True, paused_since__isnull=True, not_before__lte=Now(),",
-          "daemon__isnull=True, not_before__lte=Now(),"),
+          "daemon__isnull=True, not_before__lte=Now(),", ORM),
     Guard("claim: daemon not stopped", "atp/engine/claim.py",
           "Daemon.objects.filter(pk=daemon.pk, stopped__isnull=True)",
           "Daemon.objects.filter(pk=daemon.pk)", ORM),
@@ -74,19 +88,31 @@ GUARDS = [
           "Task.objects.filter(type_id__in=limited, daemon__isnull=False)",
           "Instance.objects.filter(type_id__in=limited, status__in=IN_FLIGHT)"),
     # A worker's start and finish.
-    Guard("start: attempt (hot)", "atp/engine/hotpath.py",
-          "AND i.attempt = %(attempt)s\n    RETURNING {_columns(Instance, \"i\")}\n), logged",
-          "\n    RETURNING {_columns(Instance, \"i\")}\n), logged", HOT),
-    Guard("start: SCHEDULED (hot)", "atp/engine/hotpath.py",
+    Guard("start: attempt (hot)", "atp/engine/postgresql.py",
+          "AND i.attempt = %(attempt)s\n    RETURNING {columns(Instance, \"i\")}\n), logged",
+          "\n    RETURNING {columns(Instance, \"i\")}\n), logged", HOT),
+    Guard("start: SCHEDULED (hot)", "atp/engine/postgresql.py",
           "WHERE i.id = %(pk)s AND i.status = '{Status.SCHEDULED}'", "WHERE i.id = %(pk)s", HOT),
-    Guard("finish: attempt (hot)", "atp/engine/hotpath.py",
-          "FROM dequeued WHERE i.id = dequeued.instance_id AND i.attempt = %(attempt)s",
-          "FROM dequeued WHERE i.id = dequeued.instance_id", HOT),
-    Guard("finish: running or paused (hot)", "atp/engine/hotpath.py",
-          "        AND i.status IN ('{Status.RUNNING}', '{Status.PAUSED}')\n", "", HOT),
-    Guard("finish: leased (hot)", "atp/engine/hotpath.py",
-          "WHERE instance_id = %(pk)s AND daemon_id IS NOT NULL", "WHERE instance_id = %(pk)s",
-          HOT),
+    Guard("finish: attempt (hot)", "atp/engine/postgresql.py",
+          "FROM leased WHERE i.id = leased.instance_id AND i.attempt = %(attempt)s",
+          "FROM leased WHERE i.id = leased.instance_id", HOT),
+    Guard("finish: running or paused (hot)", "atp/engine/postgresql.py",
+          '        AND {one_of("i.status", sources_of(Status.FINISHED))}\n', "", HOT),
+    Guard("finish: leased (hot)", "atp/engine/postgresql.py",
+          "WHERE instance_id = %(pk)s AND daemon_id IS NOT NULL\n    FOR UPDATE",
+          "WHERE instance_id = %(pk)s\n    FOR UPDATE", HOT),
+    Guard("start: attempt (lite)", "atp/engine/sqlite.py",
+          "AND status = '{Status.SCHEDULED}' AND attempt = %s \"",
+          "AND status = '{Status.SCHEDULED}' AND %s IS NOT NULL \"", LITE),
+    Guard("start: SCHEDULED (lite)", "atp/engine/sqlite.py",
+          "WHERE id = %s AND status = '{Status.SCHEDULED}' AND attempt", "WHERE id = %s AND attempt",
+          LITE),
+    Guard("finish: attempt (lite)", "atp/engine/sqlite.py",
+          'f"WHERE id = %s AND attempt = %s AND', 'f"WHERE id = %s AND %s IS NOT NULL AND', LITE),
+    Guard("finish: running or paused (lite)", "atp/engine/sqlite.py",
+          " AND {one_of('status', FINISHABLE)}\"", '"', LITE),
+    Guard("finish: leased (lite)", "atp/engine/sqlite.py",
+          "WHERE instance_id = %s AND daemon_id IS NOT NULL", "WHERE instance_id = %s", LITE),
     Guard("finish, fail: leased", "atp/engine/lifecycle.py",
           "if not queue_row(pk).filter(daemon__isnull=False).delete()[0]:",
           "if not queue_row(pk).delete()[0] and False:"),
@@ -120,7 +146,9 @@ GUARDS = [
     Guard("time-out from the claim", "atp/engine/claim.py",
           "daemon=daemon, claimed=Now(), deadline=Now() + timeout", "daemon=daemon, claimed=Now()",
           ORM),
-    Guard("time-out from the claim (hot)", "atp/engine/hotpath.py",
+    Guard("time-out from the claim (lite)", "atp/engine/sqlite.py",
+          "_stamp(moment + instance.type.timeout)", "None", LITE),
+    Guard("time-out from the claim (hot)", "atp/engine/postgresql.py",
           ",\n        deadline = STATEMENT_TIMESTAMP() + ty.timeout", "", HOT),
 ]
 
@@ -151,8 +179,11 @@ def remove(guard, root):
 def run_tests(root, database):
     env = {**os.environ, "PYTHONPATH": str(root), "PYTHONDONTWRITEBYTECODE": "1"}
     env.pop("ATP_TEST_DATABASE_URL", None)
+    env.pop("ATP_TEST_ENGINE", None)
     if database == "postgres":
         env["ATP_TEST_DATABASE_URL"] = POSTGRES_URL
+    elif database == "orm":  # SQLite, on the ORM forms of the verbs
+        env["ATP_TEST_ENGINE"] = "orm"
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *TESTS],
         cwd=root, env=env, capture_output=True, text=True,
@@ -162,7 +193,7 @@ def run_tests(root, database):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--database", choices=["sqlite", "postgres", "both"], default="both")
+    parser.add_argument("--database", choices=["sqlite", "postgres", "orm", "all"], default="all")
     parser.add_argument("--only", default="", help="check the guards whose name holds this")
     parser.add_argument("--list", action="store_true", help="list the guards and stop")
     options = parser.parse_args()
@@ -171,7 +202,8 @@ def main():
         for guard in guards:
             print(f"{guard.name:40} {guard.path} ({', '.join(guard.databases)})")
         return 0
-    databases = ["sqlite", "postgres"] if options.database == "both" else [options.database]
+    databases = (["sqlite", "postgres", "orm"] if options.database == "all"
+                 else [options.database])
     survivors = []
     began = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="atp-guards-") as scratch:

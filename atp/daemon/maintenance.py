@@ -12,6 +12,7 @@ from atp import engine, processes
 from atp.conf import conf
 from atp.daemon.lease import clock
 from atp.db import database_now
+from atp.engine import upkeep
 from atp.engine.base import database
 from atp.models import Daemon
 from atp.processes import Seen
@@ -92,6 +93,11 @@ def _warn_of_a_twin(daemon, me):
 def purge_expired(max_batches=1):
     """Delete a batch of ended tasks past their type's retention; return how many."""
     return engine.purge_finished(max_batches=max_batches)
+
+
+def tend_queue_table():
+    """Analyze or vacuum the queue table when autovacuum lags (PostgreSQL; see ``atp.engine.upkeep``)."""
+    return upkeep.tend_queue_table()
 
 
 def prune_stopped_daemons():

@@ -21,9 +21,11 @@ from django.db.models.functions import Now
 
 from atp import registry
 from atp.conf import conf
-from atp.engine import hotpath
+from atp.db import run_in_transaction
+from atp.engine import postgresql
 from atp.engine.base import daemon_label, database, pk_of, queue_write
-from atp.engine.locks import for_update
+from atp.engine.engines import engine
+from atp.engine.locks import for_update, lock_task
 from atp.engine.transitions import move, write_history
 from atp.exceptions import DaemonStopped, InvalidParameter, TaskTypeNotFound
 from atp.models import Daemon, Instance, LogRecord, Task, Type
@@ -33,6 +35,7 @@ logger = logging.getLogger(__name__)
 
 #: Claim order; ``atp_task_claim_idx`` has these columns in this order.
 CLAIM_ORDER = ("-priority", "not_before", "instance_id")
+CLAIM_INDEX = "atp_task_claim_idx"
 
 
 def dequeue(daemon, limit=1, *, types=None):
@@ -60,13 +63,17 @@ def claim_for_daemon(daemon, limit, type_ids):
     """Claim up to ``limit`` runnable tasks of the types ``type_ids`` for ``daemon``.
 
     The daemon's own claim: its types are the ones it has loaded, read by id, so no
-    identifier needs checking. Raise ``DaemonStopped``.
+    identifier needs checking. The engine checks which are paused or limited in the
+    same round trip as the claim. Raise ``DaemonStopped``.
     """
+    claimed = _claim_with_engine(daemon, limit, list(type_ids))
+    if claimed is not None:
+        return claimed
     limits = dict(Type.objects.filter(pk__in=type_ids, is_paused=False)
                   .values_list("pk", "max_concurrency"))
     if not limits:
         return []
-    return _claim(daemon, limit, limits)
+    return _claim_with_locks(daemon, limit, limits)
 
 
 def claimable_types(types=None):
@@ -93,13 +100,45 @@ def runnable_tasks(type_ids):
     return waiting
 
 
-@queue_write
 def _claim(daemon, limit, limits):
-    if hotpath.is_available() and all(limit is None for limit in limits.values()):
-        instances, strays = hotpath.claim(daemon, limit, limits)
-    else:
-        _lock_daemon(daemon)
-        instances, strays = _claim_with_orm(daemon, limit, limits)
+    if all(limit is None for limit in limits.values()):
+        claimed = _claim_with_engine(daemon, limit, list(limits))
+        if claimed is not None:
+            return claimed
+    return _claim_with_locks(daemon, limit, limits)
+
+
+def _claim_with_engine(daemon, limit, type_ids):
+    """Claim with the database's engine; return the tasks, or None when it has no engine
+    or a type among ``type_ids`` has a concurrency limit."""
+    fast = engine()
+    if fast is None:
+        return None
+    claimed = run_in_transaction(lambda: fast.claim(daemon, limit, type_ids), database(),
+                                 single_statement=fast.ONE_STATEMENT)
+    if claimed is None:
+        return None
+    instances, strays = claimed
+    if strays:
+        _repair_strays(strays)
+    return instances
+
+
+@queue_write
+def _repair_strays(pks):
+    """Repair the stray rows a claim found, each locked again and seen still stray: the
+    claim that found them has committed."""
+    for pk in pks:
+        locked = lock_task(pk)
+        if locked.has_row and not locked.is_leased and locked.status != Status.ACCEPTED:
+            repair_stray_row(pk)
+
+
+@queue_write
+def _claim_with_locks(daemon, limit, limits):
+    """The ORM form: lock the daemon's row, then claim, counting limited types' leases."""
+    _lock_daemon(daemon)
+    instances, strays = _claim_with_orm(daemon, limit, limits)
     for pk in strays:
         repair_stray_row(pk)
     return instances
@@ -135,10 +174,7 @@ def _take(limit, limits):
     taken = []
     while eligible and len(taken) < limit:
         wanted = limit - len(taken)
-        rows = list(
-            runnable_tasks(eligible).exclude(instance_id__in=taken)
-            .values_list("instance_id", "type_id")[:wanted]
-        )
+        rows = _runnable_keys(eligible, taken, wanted)
         for pk, type_id in rows:
             if type_id in free:
                 if free[type_id] <= 0:
@@ -150,6 +186,37 @@ def _take(limit, limits):
         if len(rows) < wanted:
             break
     return taken
+
+
+def _runnable_keys(type_ids, taken, limit):
+    """Return ``(key, type id)`` of up to ``limit`` runnable tasks not in ``taken``, in claim order."""
+    connection = connections[database()]
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(postgresql.CLAIM_PLAN)
+    sql, params = runnable_keys_statement(type_ids, taken, limit)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()
+
+
+def runnable_keys_statement(type_ids, taken, limit):
+    """Return the SQL and parameters of the claim's look for runnable tasks.
+
+    The walk down the claim index is forced (on PostgreSQL by ``postgresql.CLAIM_PLAN``,
+    set in the transaction): with missing or stale statistics either planner would
+    rather sort every waiting row.
+    """
+    rows = runnable_tasks(type_ids).exclude(instance_id__in=taken).values_list(
+        "instance_id", "type_id")[:limit]
+    connection = connections[database()]
+    sql, params = rows.query.sql_with_params()
+    if connection.vendor == "sqlite":
+        table = connection.ops.quote_name(Task._meta.db_table)
+        forced = sql.replace(f"FROM {table} ", f"FROM {table} INDEXED BY {CLAIM_INDEX} ", 1)
+        assert forced != sql, sql
+        sql = forced
+    return sql, params
 
 
 def _claim_with_orm(daemon, limit, limits):

@@ -6,6 +6,7 @@ when the caller rolls back, nothing of the task remains. ``enqueue_many`` writes
 number of tasks with one statement per table.
 """
 
+import copy
 import datetime
 import uuid
 
@@ -13,12 +14,14 @@ from django.conf import settings
 from django.db import IntegrityError
 from django.utils import timezone
 
-from atp.db import database_now
+from atp.db import database_now, run_once
+from atp.engine import postgresql
 from atp.engine.base import database, queue_write
+from atp.engine.engines import engine
 from atp.engine.notify import notify_runnable
 from atp.engine.types import get_type
-from atp.exceptions import InputsTooLarge, InvalidParameter, TaskAlreadyExists
-from atp.models import IDENTIFIER_MAX_LENGTH, Inputs, Instance, LogRecord, Task
+from atp.exceptions import InputsTooLarge, InvalidParameter, TaskAlreadyExists, TaskTypeNotFound
+from atp.models import IDENTIFIER_MAX_LENGTH, Inputs, Instance, LogRecord, Task, Type
 from atp.registry import DURATION_MAX
 from atp.serialization import InputFormat, check_pickle_enabled, check_text, dump_inputs
 from atp.states import Status
@@ -36,12 +39,10 @@ def enqueue(type_identifier, inputs=None, *, identifier=None, priority=0, eta=No
     ``TaskTypeNotFound``, ``InputsNotSerializable``, ``InvalidParameter`` or
     ``TaskAlreadyExists``; nothing is written then.
     """
-    task_type = get_type(type_identifier)
     identifier = _clean_identifier(identifier)
     priority = _clean_priority(priority)
     schedule = _schedule(eta, countdown)
-    data = _dump(inputs, task_type)
-    return _insert(task_type, [(identifier, data)], priority, schedule)[0]
+    return _enqueue(type_identifier, [(identifier, inputs)], priority, schedule)[0]
 
 
 def enqueue_many(type_identifier, inputs_list, *, priority=0, eta=None, countdown=None):
@@ -50,13 +51,83 @@ def enqueue_many(type_identifier, inputs_list, *, priority=0, eta=None, countdow
     All tasks are written together or not at all, with generated identifiers. Raise
     as ``enqueue`` does.
     """
-    task_type = get_type(type_identifier)
     priority = _clean_priority(priority)
     schedule = _schedule(eta, countdown)
-    entries = [(uuid.uuid4().hex, _dump(inputs, task_type)) for inputs in inputs_list]
+    entries = [(uuid.uuid4().hex, inputs) for inputs in inputs_list]
     if not entries:
+        get_type(type_identifier)  # an unknown type is still refused
         return []
-    return _insert(task_type, entries, priority, schedule)
+    return _enqueue(type_identifier, entries, priority, schedule)
+
+
+def _enqueue(type_identifier, entries, priority, schedule):
+    """Write ``entries`` (``(identifier, inputs)``) as tasks; return their ``Instance`` objects."""
+    if engine() is not postgresql:
+        task_type = get_type(type_identifier)
+        encoded = [(identifier, _dump(inputs, task_type)) for identifier, inputs in entries]
+        return _insert(task_type, encoded, priority, schedule)
+    key = type_identifier.identifier if isinstance(type_identifier, Type) else type_identifier
+    for attempt in range(3):
+        task_type = _types.get(key) if attempt == 0 else None
+        fresh = task_type is None
+        if fresh:
+            task_type = _types[key] = get_type(type_identifier)
+        try:
+            encoded = [(identifier, _dump(inputs, task_type)) for identifier, inputs in entries]
+        except InputsTooLarge:
+            if fresh:
+                raise
+            continue  # its limit may have grown since it was read
+        instances = _write(task_type, encoded, priority, schedule)
+        if instances is not None:
+            return instances
+        _types.pop(key, None)
+    raise TaskTypeNotFound(f"task type {key!r} keeps changing; try again")
+
+
+#: The types enqueues wrote to on PostgreSQL, by identifier. A stale entry costs one
+#: more round trip: the statement checks that the type still is as read.
+_types = {}
+
+
+def _write(task_type, encoded, priority, schedule):
+    """Write the tasks in one statement on PostgreSQL; return them, or None when
+    ``task_type`` changed since it was read."""
+    if isinstance(schedule, datetime.datetime):
+        notify = schedule <= timezone.now()
+    else:
+        notify = not schedule
+    try:
+        if len(encoded) == 1:
+            [(identifier, data)] = encoded
+            instance = Instance(type=task_type, identifier=identifier, priority=priority)
+            size = len(data.encode("utf-8"))
+            rows = run_once(lambda: postgresql.enqueue(
+                task_type, instance, data, schedule, size, notify), database())
+            rows = None if rows is None else [(rows[0], identifier, rows[1])]
+        else:
+            identifiers, data = [list(column) for column in zip(*encoded, strict=True)]
+            rows = run_once(lambda: postgresql.enqueue_many(
+                task_type, identifiers, data, priority, schedule, notify), database())
+    except IntegrityError:
+        raise _duplicate(task_type, encoded) from None
+    if rows is None:
+        return None
+    keys = {identifier: (pk, created) for pk, identifier, created in rows}
+    shared = copy.copy(task_type)  # the cached one stays the cache's
+    instances = []
+    for identifier, _ in encoded:
+        instance = Instance(type=shared, identifier=identifier, priority=priority)
+        instance.pk, instance.created = keys[identifier]
+        instance.updated = instance.created
+        instance._state.adding, instance._state.db = False, database()
+        instances.append(instance)
+    return instances
+
+
+def _duplicate(task_type, encoded):
+    taken = repr(encoded[0][0]) if len(encoded) == 1 else "one of these identifiers"
+    return TaskAlreadyExists(f"a live task of type {task_type.identifier!r} already has {taken}")
 
 
 @queue_write
@@ -76,10 +147,7 @@ def _insert(task_type, entries, priority, schedule):
             for instance in instances
         )
     except IntegrityError:
-        taken = repr(entries[0][0]) if len(entries) == 1 else "one of these identifiers"
-        raise TaskAlreadyExists(
-            f"a live task of type {task_type.identifier!r} already has {taken}"
-        ) from None
+        raise _duplicate(task_type, entries) from None
     Inputs.objects.bulk_create(
         Inputs(instance=instance, input_format=task_type.input_format, data=data)
         for instance, (_, data) in zip(instances, entries, strict=True)

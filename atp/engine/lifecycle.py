@@ -17,8 +17,9 @@ takes, until an operator resumes it (``steering.resume``) or re-enqueues it.
 from django.db.models import F
 from django.db.models.functions import Now
 
-from atp.engine import hotpath
-from atp.engine.base import pk_of, queue_write
+from atp.db import run_in_transaction
+from atp.engine.base import database, pk_of, queue_write
+from atp.engine.engines import engine
 from atp.engine.locks import lock_task
 from atp.engine.notify import notify_runnable
 from atp.engine.records import store_response
@@ -47,12 +48,17 @@ def start(instance, *, attempt=None, daemon=None, by=None):
     return _start(pk_of(instance), attempt, daemon, by)
 
 
-@queue_write
 def start_and_load(instance, *, attempt, daemon=None):
     """Start attempt ``attempt`` of a task; return the task with its type and inputs loaded."""
     pk = pk_of(instance)
-    if hotpath.is_available():
-        return hotpath.start(pk, attempt, daemon)
+    if (fast := engine()) is not None:
+        return run_in_transaction(lambda: fast.start(pk, attempt, daemon), database(),
+                                  single_statement=fast.ONE_STATEMENT)
+    return _start_and_load(pk, attempt, daemon)
+
+
+@queue_write
+def _start_and_load(pk, attempt, daemon):
     _start(pk, attempt, daemon)
     return Instance.objects.select_related("type", "inputs").get(pk=pk)
 
@@ -64,7 +70,6 @@ def _start(pk, attempt, daemon, by=None):
     )
 
 
-@queue_write
 def finish(instance, message="", *, attempt=None, daemon=None, response=None,
            content_type=None, by=None):
     """Move a RUNNING (or just paused) task to FINISHED and take it off the queue.
@@ -75,8 +80,15 @@ def finish(instance, message="", *, attempt=None, daemon=None, response=None,
     lease until it has stopped the worker.
     """
     pk = pk_of(instance)
-    if attempt is not None and hotpath.is_available():
-        return hotpath.finish(pk, attempt, message, daemon, response, content_type)
+    if attempt is not None and (fast := engine()) is not None:
+        return run_in_transaction(
+            lambda: fast.finish(pk, attempt, message, daemon, response, content_type),
+            database(), single_statement=fast.ONE_STATEMENT)
+    return _finish(pk, message, attempt, daemon, response, content_type, by)
+
+
+@queue_write
+def _finish(pk, message, attempt, daemon, response, content_type, by):
     _leave_queue(pk, attempt, Status.FINISHED)
     if response is not None:
         store_response(pk, response, content_type)

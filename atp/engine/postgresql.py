@@ -1,62 +1,69 @@
-"""The three verbs every task goes through, as one SQL statement each on PostgreSQL.
+"""The verbs every task goes through, as one SQL statement each on PostgreSQL.
 
 A drained queue costs a claim, a start and a finish per task. Written with the ORM
 they take 3 to 6 statements each, and the daemon's time goes to round trips and query
 compilation. On PostgreSQL each is a single statement of data-modifying common table
 expressions, run in the same queue transaction, with the same guards, the same history
 and the same locking order (queue row before task row) as the ORM forms in
-``claim.py`` and ``lifecycle.py``, which other databases use. The test suite runs on
-both, so both forms are held to the same behaviour.
+``claim.py`` and ``lifecycle.py``, which operators' verbs, types with a concurrency
+limit and other databases use. So is a single enqueue, sent with its NOTIFY in one
+round trip. The test suite runs on both, so both forms are held to the same behaviour.
 """
 
-from django.db import connections
+import datetime
 
+from django.db import connections, transaction
+
+from atp.conf import conf
 from atp.engine.base import daemon_label, database
+from atp.engine.notify import QUEUE_CHANNEL
 from atp.engine.records import response_limit
+from atp.engine.sql import (
+    INPUTS,
+    INSTANCE,
+    LOG_COLUMNS,
+    RESPONSE,
+    TASK,
+    TYPE,
+    build,
+    columns,
+    one_of,
+    width,
+)
 from atp.engine.transitions import refusal
 from atp.exceptions import DaemonStopped
-from atp.models import Daemon, Inputs, Instance, LogRecord, Response, Task, Type
+from atp.models import Daemon, Inputs, Instance, LogRecord, Task, Type
 from atp.serialization import encode_response
-from atp.states import Status
+from atp.states import Status, sources_of
 
-TASK, INSTANCE = Task._meta.db_table, Instance._meta.db_table
-TYPE, LOG = Type._meta.db_table, LogRecord._meta.db_table
-INPUTS, RESPONSE = Inputs._meta.db_table, Response._meta.db_table
-
-
-def is_available():
-    """Return whether the queue's database can run the single-statement forms."""
-    return connections[database()].vendor == "postgresql"
-
-
-def _columns(model, alias):
-    return ", ".join(f"{alias}.{field.column}" for field in model._meta.concrete_fields)
-
-
-def _build(model, values):
-    names = [field.attname for field in model._meta.concrete_fields]
-    return model.from_db(database(), names, values)
-
-
-INSTANCE_WIDTH = len(Instance._meta.concrete_fields)
-TYPE_WIDTH = len(Type._meta.concrete_fields)
-# A daemon's own entries: no person made them (actor is empty).
-LOG_COLUMNS = f"INSERT INTO {LOG} (instance_id, time, status, attempt, message, daemon, actor)"
-
+INSTANCE_WIDTH = width(Instance)
+TYPE_WIDTH = width(Type)
 DAEMON = Daemon._meta.db_table
 
+#: An engine whose verbs are one statement each: they run in autocommit mode (one round
+#: trip), or in a savepoint of the caller's transaction.
+ONE_STATEMENT = True
+
+# The types the claim may take: those of ``%(types)s`` not paused. When one of them
+# has a concurrency limit the claim takes nothing and says so (``limited``): the caller
+# claims with the ORM form, which counts leases under the types' locks.
 # The order of locks is the one of ``atp.engine.locks``: the daemon's row (KEY SHARE,
 # which the leases' foreign key takes anyway: a reaper's FOR UPDATE before it declares
 # the daemon stopped waits for this claim, or this claim for the reaper), the queue
 # rows (skipping those another claim holds), then the tasks. A row whose task is
 # not ACCEPTED is not taken; its key comes back in ``strays`` for repair.
 CLAIM = f"""
-WITH alive AS (
+WITH kinds AS (
+    SELECT id, max_concurrency FROM {TYPE} WHERE id = ANY(%(types)s) AND NOT is_paused
+), limited AS (
+    SELECT 1 FROM kinds WHERE max_concurrency IS NOT NULL LIMIT 1
+), alive AS (
     SELECT id FROM {DAEMON} WHERE id = %(daemon)s AND stopped IS NULL FOR KEY SHARE
 ), picked AS (
     SELECT instance_id FROM {TASK}
     WHERE daemon_id IS NULL AND paused_since IS NULL AND not_before <= STATEMENT_TIMESTAMP()
-        AND type_id = ANY(%(types)s) AND EXISTS (SELECT 1 FROM alive)
+        AND type_id = ANY(ARRAY(SELECT id FROM kinds))
+        AND EXISTS (SELECT 1 FROM alive) AND NOT EXISTS (SELECT 1 FROM limited)
     ORDER BY priority DESC, not_before, instance_id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -64,8 +71,8 @@ WITH alive AS (
     UPDATE {INSTANCE} i
     SET status = '{Status.SCHEDULED}', attempt = i.attempt + 1, daemon_id = %(daemon)s,
         updated = STATEMENT_TIMESTAMP()
-    FROM picked WHERE i.id = picked.instance_id AND i.status = '{Status.ACCEPTED}'
-    RETURNING {_columns(Instance, "i")}
+    FROM picked WHERE i.id = picked.instance_id AND {one_of("i.status", sources_of(Status.SCHEDULED))}
+    RETURNING {columns(Instance, "i")}
 ), leased AS (
     UPDATE {TASK} t SET daemon_id = %(daemon)s, claimed = STATEMENT_TIMESTAMP(),
         deadline = STATEMENT_TIMESTAMP() + ty.timeout
@@ -76,9 +83,9 @@ WITH alive AS (
     SELECT id, STATEMENT_TIMESTAMP(), '{Status.SCHEDULED}', attempt, '', %(label)s, ''
     FROM scheduled
 )
-SELECT meta.alive, meta.strays, {_columns(Instance, "s")}, {_columns(Type, "ty")}
+SELECT meta.alive, meta.limited, meta.strays, {columns(Instance, "s")}, {columns(Type, "ty")}
 FROM (
-    SELECT (SELECT count(*) FROM alive) AS alive,
+    SELECT (SELECT count(*) FROM alive) AS alive, (SELECT count(*) FROM limited) AS limited,
         (SELECT array_agg(instance_id) FROM picked
          WHERE instance_id NOT IN (SELECT id FROM scheduled)) AS strays
 ) AS meta
@@ -88,26 +95,68 @@ ORDER BY l.priority DESC, l.not_before, s.id
 """
 
 
+#: Planner settings for the claim's transaction: the only plan left is a walk of the
+#: claim index in claim order, which stops after ``limit`` rows. Chosen by cost, a
+#: table whose statistics are missing or stale (never analyzed, or analyzed while
+#: nearly empty before a burst of enqueues) is claimed with a bitmap scan and a sort
+#: of every waiting row: 30 times slower with 100,000 of them. The penalty the
+#: planner adds to a disabled plan would make the claim look expensive enough to be
+#: compiled (JIT) on every run, hundreds of milliseconds each: JIT is off too.
+CLAIM_PLAN = ("SELECT set_config('enable_seqscan', 'off', true), "
+              "set_config('enable_bitmapscan', 'off', true), set_config('enable_sort', 'off', true), "
+              "set_config('jit', 'off', true)")
+
+
+def execute_claim(cursor, sql, params):
+    """Execute ``sql`` (the claim, or its EXPLAIN) under ``CLAIM_PLAN``, in one round trip."""
+    if _binds_on_the_client(cursor):
+        cursor.execute(f"{CLAIM_PLAN}; {sql}", params)
+        cursor.nextset()  # to the claim's own result
+    else:  # server-side binding takes one statement at a time
+        cursor.execute(CLAIM_PLAN)
+        cursor.execute(sql, params)
+
+
+def _binds_on_the_client(cursor):
+    try:
+        import psycopg
+    except ImportError:  # psycopg2
+        return False
+    return isinstance(cursor.cursor, psycopg.ClientCursor)
+
+
+def claim_parameters(daemon, limit, type_ids):
+    return {"types": list(type_ids), "limit": limit, "daemon": daemon.pk,
+            "label": daemon_label(daemon)}
+
+
 def claim(daemon, limit, type_ids):
-    """Lease and schedule up to ``limit`` runnable tasks; return ``(instances, strays)``.
+    """Lease and schedule up to ``limit`` runnable tasks of the types ``type_ids``; return
+    ``(instances, strays)``, or None when one of those types has a concurrency limit
+    (claim with the ORM form then).
 
     Raise ``DaemonStopped`` when ``daemon`` was declared stopped.
     """
-    with connections[database()].cursor() as cursor:
-        cursor.execute(CLAIM, {
-            "types": list(type_ids), "limit": limit, "daemon": daemon.pk,
-            "label": daemon_label(daemon),
-        })
-        rows = cursor.fetchall()
-    alive, strays = rows[0][:2]
+    connection = connections[database()]
+    with connection.cursor() as cursor:
+        if connection.in_atomic_block or _binds_on_the_client(cursor):
+            execute_claim(cursor, CLAIM, claim_parameters(daemon, limit, type_ids))
+            rows = cursor.fetchall()
+        else:  # CLAIM_PLAN and the claim must share a transaction
+            with transaction.atomic(using=connection.alias):
+                execute_claim(cursor, CLAIM, claim_parameters(daemon, limit, type_ids))
+                rows = cursor.fetchall()
+    alive, limited, strays = rows[0][:3]
     if not alive:
         raise DaemonStopped(f"daemon {daemon} was declared stopped; it claims nothing")
+    if limited:
+        return None
     instances = []
     for row in rows:
-        if row[2] is None:
+        if row[3] is None:
             continue
-        instance = _build(Instance, row[2:2 + INSTANCE_WIDTH])
-        instance.type = _build(Type, row[2 + INSTANCE_WIDTH:])
+        instance = build(Instance, row[3:3 + INSTANCE_WIDTH])
+        instance.type = build(Type, row[3 + INSTANCE_WIDTH:])
         instances.append(instance)
     return instances, strays or []
 
@@ -117,13 +166,13 @@ WITH started AS (
     UPDATE {INSTANCE} i
     SET status = '{Status.RUNNING}', started = STATEMENT_TIMESTAMP(), updated = STATEMENT_TIMESTAMP()
     WHERE i.id = %(pk)s AND i.status = '{Status.SCHEDULED}' AND i.attempt = %(attempt)s
-    RETURNING {_columns(Instance, "i")}
+    RETURNING {columns(Instance, "i")}
 ), logged AS (
     {LOG_COLUMNS}
     SELECT id, STATEMENT_TIMESTAMP(), '{Status.RUNNING}', attempt, '', %(label)s, ''
     FROM started
 )
-SELECT {_columns(Instance, "s")}, {_columns(Type, "ty")}, {_columns(Inputs, "inp")}
+SELECT {columns(Instance, "s")}, {columns(Type, "ty")}, {columns(Inputs, "inp")}
 FROM started s JOIN {TYPE} ty ON ty.id = s.type_id JOIN {INPUTS} inp ON inp.instance_id = s.id
 """
 
@@ -139,22 +188,27 @@ def start(pk, attempt, daemon):
         row = cursor.fetchone()
     if row is None:
         raise refusal(pk, Status.RUNNING, attempt=attempt)
-    instance = _build(Instance, row[:INSTANCE_WIDTH])
-    instance.type = _build(Type, row[INSTANCE_WIDTH:INSTANCE_WIDTH + TYPE_WIDTH])
-    instance.inputs = _build(Inputs, row[INSTANCE_WIDTH + TYPE_WIDTH:])
+    instance = build(Instance, row[:INSTANCE_WIDTH])
+    instance.type = build(Type, row[INSTANCE_WIDTH:INSTANCE_WIDTH + TYPE_WIDTH])
+    instance.inputs = build(Inputs, row[INSTANCE_WIDTH + TYPE_WIDTH:])
     return instance
 
 
+# The queue row is locked first (the order of ``atp.engine.locks``) and deleted only
+# once the task's own row matched: refused, the statement writes nothing (it runs in
+# autocommit mode, with no transaction to roll back).
 FINISH = f"""
-WITH dequeued AS (
-    DELETE FROM {TASK} WHERE instance_id = %(pk)s AND daemon_id IS NOT NULL
-    RETURNING instance_id
+WITH leased AS (
+    SELECT instance_id FROM {TASK} WHERE instance_id = %(pk)s AND daemon_id IS NOT NULL
+    FOR UPDATE
 ), finished AS (
     UPDATE {INSTANCE} i
     SET status = '{Status.FINISHED}', finished = STATEMENT_TIMESTAMP(), updated = STATEMENT_TIMESTAMP()
-    FROM dequeued WHERE i.id = dequeued.instance_id AND i.attempt = %(attempt)s
-        AND i.status IN ('{Status.RUNNING}', '{Status.PAUSED}')
+    FROM leased WHERE i.id = leased.instance_id AND i.attempt = %(attempt)s
+        AND {one_of("i.status", sources_of(Status.FINISHED))}
     RETURNING i.id, i.attempt
+), dequeued AS (
+    DELETE FROM {TASK} WHERE instance_id IN (SELECT id FROM finished)
 ), logged AS (
     {LOG_COLUMNS}
     SELECT id, STATEMENT_TIMESTAMP(), '{Status.FINISHED}', attempt, %(message)s, %(label)s, ''
@@ -190,3 +244,131 @@ def finish(pk, attempt, message, daemon, response, content_type):
     if row is None:
         raise refusal(pk, Status.FINISHED, attempt=attempt)
     return row[0]
+
+
+def _insert(model, obj, connection, expressions):
+    """Return ``INSERT INTO table (columns) SELECT values`` for ``obj``, and its parameters.
+
+    ``expressions`` maps columns to SQL (or ``(SQL, parameters)``) put in place of
+    ``obj``'s values; an automatic primary key is left to the database.
+    """
+    columns, values, params = [], [], []
+    for field in model._meta.concrete_fields:
+        if field.primary_key and field.get_internal_type() in ("AutoField", "BigAutoField"):
+            continue
+        columns.append(field.column)
+        expression = expressions.get(field.column)
+        if expression is None:
+            values.append("%s")
+            params.append(field.get_db_prep_save(getattr(obj, field.attname), connection))
+        elif isinstance(expression, tuple):
+            values.append(expression[0])
+            params += expression[1]
+        else:
+            values.append(expression)
+    sql = f"INSERT INTO {model._meta.db_table} ({', '.join(columns)}) SELECT {', '.join(values)}"
+    return sql, params
+
+
+def enqueue(task_type, instance, data, not_before, size, notify):
+    """Write one task (its instance, queue row, inputs and first history entry) in one
+    statement, and NOTIFY in the same round trip; return the task's key and creation
+    time, or None when ``task_type`` changed since it was read (read it again then).
+
+    ``instance`` is the unsaved ``Instance``; ``not_before`` a delay (timedelta, from
+    the statement's time) or a datetime. Raise ``IntegrityError`` for a live duplicate.
+    """
+    connection = connections[database()]
+    task = Task(type=task_type, identifier=instance.identifier, priority=instance.priority)
+    inputs = Inputs(input_format=task_type.input_format, data=data)
+    record = LogRecord(status=Status.ACCEPTED, message="enqueued")
+    now = "STATEMENT_TIMESTAMP()"
+    if isinstance(not_before, datetime.datetime):
+        start = ("%s", [not_before])
+    else:
+        start = ("new.created + %s", [not_before])
+    # The type as it was read: same format, a limit the inputs fit in. Otherwise the
+    # statement writes nothing and the caller reads the type again.
+    parts = [
+        (f"SELECT 1 FROM {TYPE} WHERE id = %s AND identifier = %s AND input_format = %s "
+         "AND COALESCE(max_input_bytes, %s) >= %s",
+         [task_type.pk, task_type.identifier, task_type.input_format, conf.MAX_INPUT_BYTES,
+          size]),
+        _insert(Instance, instance, connection, {"created": now, "updated": now}),
+        _insert(Task, task, connection, {"instance_id": "new.id", "enqueued": "new.created",
+                                         "not_before": start}),
+        _insert(Inputs, inputs, connection, {"instance_id": "new.id"}),
+        _insert(LogRecord, record, connection, {"instance_id": "new.id", "time": "new.created"}),
+    ]
+    kind, new, queued, stored, logged = (sql for sql, _ in parts)
+    params = [param for _, part_params in parts for param in part_params]
+    sql = (
+        f"WITH kind AS ({kind}), new AS ({new} FROM kind RETURNING id, created), "
+        f"queued AS ({queued} FROM new), stored AS ({stored} FROM new), "
+        f"logged AS ({logged} FROM new) SELECT id, created FROM new"
+    )
+    with connection.cursor() as cursor:
+        if notify and _binds_on_the_client(cursor):
+            cursor.execute(f"{sql}; NOTIFY {QUEUE_CHANNEL}", params)
+            row = cursor.fetchone()
+        else:
+            cursor.execute(sql, params)
+            row = cursor.fetchone()
+            if notify and row is not None:
+                cursor.execute(f"NOTIFY {QUEUE_CHANNEL}")
+    return row
+
+
+def enqueue_many(task_type, identifiers, data, priority, not_before, notify):
+    """Write many tasks of ``task_type`` in one statement: the rows of each table come
+    from arrays (``unnest``), so the cost per task is the database's, not the ORM's.
+
+    Return ``(key, identifier, creation time)`` per task, or None when ``task_type``
+    changed since it was read. Raise ``IntegrityError`` for a live duplicate.
+    """
+    connection = connections[database()]
+    template = Instance(type=task_type, identifier="", priority=priority)
+    task = Task(type=task_type, identifier="", priority=priority)
+    inputs = Inputs(input_format=task_type.input_format, data="")
+    record = LogRecord(status=Status.ACCEPTED, message="enqueued")
+    now = "STATEMENT_TIMESTAMP()"
+    if isinstance(not_before, datetime.datetime):
+        start = ("%s", [not_before])
+    else:
+        start = ("new.created + %s", [not_before])
+    size = max((len(item.encode("utf-8")) for item in data), default=0)
+    parts = [
+        (f"SELECT 1 FROM {TYPE} WHERE id = %s AND identifier = %s AND input_format = %s "
+         "AND COALESCE(max_input_bytes, %s) >= %s",
+         [task_type.pk, task_type.identifier, task_type.input_format, conf.MAX_INPUT_BYTES,
+          size]),
+        _insert(Instance, template, connection,
+                {"created": now, "updated": now, "identifier": "batch.identifier"}),
+        _insert(Task, task, connection, {"instance_id": "new.id", "enqueued": "new.created",
+                                         "not_before": start, "identifier": "new.identifier"}),
+        _insert(Inputs, inputs, connection, {"instance_id": "new.id", "data": "batch.data"}),
+        _insert(LogRecord, record, connection, {"instance_id": "new.id", "time": "new.created"}),
+    ]
+    kind, new, queued, stored, logged = (sql for sql, _ in parts)
+    kind_params, new_params, queued_params, stored_params, logged_params = (
+        part_params for _, part_params in parts)
+    sql = (
+        f"WITH kind AS ({kind}), "
+        "batch AS (SELECT * FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY "
+        "AS b(identifier, data, position)), "
+        f"new AS ({new} FROM kind, batch ORDER BY batch.position "
+        "RETURNING id, identifier, created), "
+        f"queued AS ({queued} FROM new), "
+        f"stored AS ({stored} FROM new JOIN batch USING (identifier)), "
+        f"logged AS ({logged} FROM new) SELECT id, identifier, created FROM new"
+    )
+    params = [*kind_params, identifiers, data, *new_params, *queued_params,
+              *stored_params, *logged_params]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+        if not rows:
+            return None
+        if notify:
+            cursor.execute(f"NOTIFY {QUEUE_CHANNEL}")
+    return rows

@@ -1,0 +1,34 @@
+"""The engine of the queue's database: hand-written SQL for the verbs every task goes
+through, one module per database (``postgresql``, ``sqlite``), chosen once from the
+connection's vendor.
+
+An engine implements ``claim(daemon, limit, limits)``, ``start(pk, attempt, daemon)``
+and ``finish(pk, attempt, message, daemon, response, content_type)``, with the guards,
+history and fencing of the ORM forms in ``claim.py`` and ``lifecycle.py``. Those serve
+a database without an engine (MySQL/MariaDB for now), the operators' verbs and claims
+of types with a concurrency limit.
+"""
+
+from django.core.exceptions import ImproperlyConfigured
+from django.db import connections
+
+from atp.conf import conf
+from atp.engine import postgresql, sqlite
+from atp.engine.base import database
+
+_chosen = {}
+
+
+def engine():
+    """Return the engine module of the queue's database, or None (the ORM forms serve)."""
+    alias = database()
+    key = (alias, conf.ENGINE)
+    if key not in _chosen:
+        if conf.ENGINE not in ("auto", "orm"):
+            raise ImproperlyConfigured(f'ATP_ENGINE is "auto" or "orm", not {conf.ENGINE!r}')
+        vendor = connections[alias].vendor
+        _chosen[key] = None if conf.ENGINE == "orm" else {
+            "postgresql": postgresql,
+            "sqlite": sqlite if sqlite.IS_SUPPORTED else None,
+        }.get(vendor)
+    return _chosen[key]

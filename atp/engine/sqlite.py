@@ -1,0 +1,195 @@
+"""The verbs every task goes through (claim, start, finish), as precompiled SQL on SQLite.
+
+Written with the ORM, each verb compiles 3 to 6 queries every time it runs, and the
+daemon and its workers spend most of their time compiling. Here each verb is a few
+statements whose text is built once, run in one immediate transaction (SQLite's single
+write lock serialises them with every other writer), with the same guards, history and
+fencing as the ORM forms, which other databases and the operators' verbs use. SQLite
+has no data-modifying common table expressions, but has ``UPDATE ... RETURNING`` (3.35
+and newer; older libraries use the ORM forms).
+
+On SQLite the database clock is this host's clock (the library runs in this process),
+so one reading of it (``timezone.now()``) serves every timestamp a verb writes.
+"""
+
+import sqlite3
+
+from django.db import connections
+from django.utils import timezone
+
+from atp.engine.base import daemon_label, database
+from atp.engine.records import response_limit
+from atp.engine.sql import (
+    INPUTS,
+    INSTANCE,
+    LOG_COLUMNS,
+    RESPONSE,
+    TASK,
+    TYPE,
+    build,
+    columns,
+    one_of,
+)
+from atp.engine.transitions import refusal
+from atp.exceptions import DaemonStopped
+from atp.models import Daemon, Inputs, Instance, Type
+from atp.serialization import encode_response
+from atp.states import Status, sources_of
+
+#: Whether this SQLite library has ``RETURNING``.
+IS_SUPPORTED = sqlite3.sqlite_version_info >= (3, 35)
+#: Its verbs are several statements: they run in an immediate transaction.
+ONE_STATEMENT = False
+
+DAEMON = Daemon._meta.db_table
+CLAIM_INDEX = "atp_task_claim_idx"
+
+# The guards, from atp.states.TRANSITIONS.
+CLAIMABLE = sources_of(Status.SCHEDULED)
+FINISHABLE = sources_of(Status.FINISHED)
+
+
+def _in(name, values):
+    """Return ``name IN (%s, ...)`` with a placeholder per value."""
+    return f"{name} IN ({', '.join(['%s'] * len(values))})"
+
+
+def _stamp(value):
+    """Return a datetime as Django stores it on SQLite (naive UTC text)."""
+    return connections[database()].ops.adapt_datetimefield_value(value)
+
+
+ALIVE = f"SELECT 1 FROM {DAEMON} WHERE id = %s AND stopped IS NULL"
+TYPES = f"SELECT {columns(Type, TYPE)} FROM {TYPE} WHERE is_paused = 0 AND "
+
+
+def _schedule_statement(count):
+    return (
+        f"UPDATE {INSTANCE} SET status = '{Status.SCHEDULED}', attempt = attempt + 1, "
+        f"daemon_id = %s, updated = %s WHERE {_in('id', range(count))} "
+        f"AND {one_of('status', CLAIMABLE)} RETURNING {columns(Instance, INSTANCE)}"
+    )
+
+
+def _waiting_statement(type_count):
+    return (
+        f"SELECT instance_id FROM {TASK} INDEXED BY {CLAIM_INDEX} "
+        "WHERE daemon_id IS NULL AND paused_since IS NULL AND not_before <= %s "
+        f"AND {_in('type_id', range(type_count))} "
+        "ORDER BY priority DESC, not_before, instance_id LIMIT %s"
+    )
+
+
+LEASE = f"UPDATE {TASK} SET daemon_id = %s, claimed = %s, deadline = %s WHERE instance_id = %s"
+LOG_ROW = f"{LOG_COLUMNS} VALUES (%s, %s, %s, %s, %s, %s, '')"
+
+
+def claim(daemon, limit, type_ids):
+    """Lease and schedule up to ``limit`` runnable tasks of the types ``type_ids``; return
+    ``(instances, strays)``, or None when one of those types has a concurrency limit
+    (claim with the ORM form then).
+
+    Run it in an immediate transaction. Raise ``DaemonStopped``.
+    """
+    connection = connections[database()]
+    moment = timezone.now()
+    now = _stamp(moment)
+    type_ids = list(type_ids)
+    with connection.cursor() as cursor:
+        cursor.execute(ALIVE, [daemon.pk])
+        if cursor.fetchone() is None:
+            raise DaemonStopped(f"daemon {daemon} was declared stopped; it claims nothing")
+        if not type_ids:
+            return [], []
+        cursor.execute(TYPES + _in("id", type_ids), type_ids)
+        types = {row[0]: build(Type, row) for row in cursor.fetchall()}
+        if any(kind.max_concurrency is not None for kind in types.values()):
+            return None
+        if not types:
+            return [], []
+        cursor.execute(_waiting_statement(len(types)), [now, *types, limit])
+        keys = [row[0] for row in cursor.fetchall()]
+        if not keys:
+            return [], []
+        cursor.execute(_schedule_statement(len(keys)), [daemon.pk, now, *keys])
+        instances = {row[0]: build(Instance, row) for row in cursor.fetchall()}
+        claimed = []
+        for pk in keys:  # in claim order
+            instance = instances.get(pk)
+            if instance is not None:
+                instance.type = types[instance.type_id]
+                claimed.append(instance)
+        cursor.executemany(LEASE, [
+            (daemon.pk, now, _stamp(moment + instance.type.timeout), instance.pk)
+            for instance in claimed])
+        label = daemon_label(daemon)
+        cursor.executemany(LOG_ROW, [
+            (instance.pk, now, Status.SCHEDULED, instance.attempt, "", label)
+            for instance in claimed])
+    return claimed, [pk for pk in keys if pk not in instances]
+
+
+START = (
+    f"UPDATE {INSTANCE} SET status = '{Status.RUNNING}', started = %s, updated = %s "
+    f"WHERE id = %s AND status = '{Status.SCHEDULED}' AND attempt = %s "
+    f"RETURNING {columns(Instance, INSTANCE)}"
+)
+TYPE_OF = f"SELECT {columns(Type, TYPE)} FROM {TYPE} WHERE id = %s"
+INPUTS_OF = f"SELECT {columns(Inputs, INPUTS)} FROM {INPUTS} WHERE instance_id = %s"
+
+
+def start(pk, attempt, daemon):
+    """Move attempt ``attempt`` of task ``pk`` to RUNNING; return the task with its type and
+    inputs. Run it in an immediate transaction. Raise ``InvalidTransition`` (or
+    ``AttemptSuperseded``) when it is not SCHEDULED on that attempt."""
+    now = _stamp(timezone.now())
+    with connections[database()].cursor() as cursor:
+        cursor.execute(START, [now, now, pk, attempt])
+        row = cursor.fetchone()
+        if row is None:
+            raise refusal(pk, Status.RUNNING, attempt=attempt)
+        instance = build(Instance, row)
+        cursor.execute(LOG_ROW, [pk, now, Status.RUNNING, attempt, "", daemon_label(daemon)])
+        cursor.execute(TYPE_OF, [instance.type_id])
+        instance.type = build(Type, cursor.fetchone())
+        cursor.execute(INPUTS_OF, [pk])
+        instance.inputs = build(Inputs, cursor.fetchone())
+    return instance
+
+
+DEQUEUE = f"DELETE FROM {TASK} WHERE instance_id = %s AND daemon_id IS NOT NULL"
+FINISH = (
+    f"UPDATE {INSTANCE} SET status = '{Status.FINISHED}', finished = %s, updated = %s "
+    f"WHERE id = %s AND attempt = %s AND {one_of('status', FINISHABLE)}"
+)
+STORE = (
+    f"INSERT INTO {RESPONSE} "
+    "(instance_id, data, content_type, charset, size, stored) VALUES (%s, %s, %s, %s, %s, %s) "
+    "ON CONFLICT (instance_id) DO UPDATE SET data = excluded.data, "
+    "content_type = excluded.content_type, charset = excluded.charset, size = excluded.size, "
+    "stored = excluded.stored"
+)
+
+
+def finish(pk, attempt, message, daemon, response, content_type):
+    """Move attempt ``attempt`` of task ``pk`` to FINISHED with its response; return the attempt.
+
+    Run it in an immediate transaction. Raise ``InvalidResponse`` before writing for a
+    response that cannot be stored, ``InvalidTransition`` (the caller's transaction then
+    rolls back) when the task is not running on that attempt or holds no lease.
+    """
+    if response is not None:
+        data, content_type, charset = encode_response(
+            response, content_type, max_bytes=response_limit(pk))
+    now = _stamp(timezone.now())
+    with connections[database()].cursor() as cursor:
+        cursor.execute(DEQUEUE, [pk])
+        if cursor.rowcount == 1:
+            cursor.execute(FINISH, [now, now, pk, attempt])
+        if cursor.rowcount != 1:
+            raise refusal(pk, Status.FINISHED, attempt=attempt)
+        cursor.execute(LOG_ROW, [pk, now, Status.FINISHED, attempt, message,
+                                 daemon_label(daemon)])
+        if response is not None:
+            cursor.execute(STORE, [pk, data, content_type, charset, len(data), now])
+    return attempt

@@ -123,7 +123,7 @@ class Supervisor:
     def _wait(self, inbox):
         now = time.monotonic()
         ready = [inbox, *self.pool.waitables()]
-        if self.listener.connection is not None:
+        if self.listener.is_listening:
             ready.append(self.listener)
         timeout = 0.0 if self._may_claim(now) else self._seconds_to_next_duty(now)
         if self.listener in wait(ready, timeout) and self.listener.drain():
@@ -258,10 +258,11 @@ class Supervisor:
     def _before_fork(self):
         # A forked child must not share a live database connection with its parent.
         close_connections()
-        self.listener.close()
+        self.listener.before_fork()
 
     def _private_fds(self):
-        return [] if self.inbox is None else self.inbox.filenos()
+        inbox = [] if self.inbox is None else self.inbox.filenos()
+        return inbox + self.listener.private_fds()
 
     # -- the database round --------------------------------------------------------
 
@@ -295,6 +296,7 @@ class Supervisor:
             maintenance.reap_stale_daemons(self.daemon)
             maintenance.purge_expired()
             maintenance.prune_stopped_daemons()
+            maintenance.tend_queue_table()
             self.maintenance.done(now)
         self.listener.ensure_connected()
         if self._may_claim(now):

@@ -1,8 +1,10 @@
-"""Being woken when tasks become runnable: LISTEN on PostgreSQL, nothing elsewhere.
+"""Being woken when tasks become runnable: LISTEN on PostgreSQL, a doorbell socket on a
+SQLite file (``atp.engine.doorbell``), nothing elsewhere.
 
-The listener has a connection of its own, in autocommit mode, apart from the one
-Django uses for queries. It is closed before the supervisor forks a worker (a child
-must never inherit a live libpq connection) and opened again on the next round.
+The PostgreSQL listener has a connection of its own, in autocommit mode, apart from
+the one Django uses for queries. It is closed before the supervisor forks a worker (a
+child must never inherit a live libpq connection) and opened again on the next round.
+The doorbell socket stays open; the workers close their copy.
 """
 
 import logging
@@ -10,6 +12,7 @@ import time
 
 from django.db import connections
 
+from atp.engine import doorbell
 from atp.engine.notify import QUEUE_CHANNEL
 
 logger = logging.getLogger(__name__)
@@ -29,18 +32,26 @@ class Listener:
     def __init__(self, alias):
         self.alias = alias
         self.connection = None
+        self.doorbell = None
         self.retry_at = 0.0
         self.is_failing = False
 
     @property
     def is_supported(self):
-        return connections[self.alias].vendor == "postgresql"
+        return connections[self.alias].vendor in ("postgresql", "sqlite")
+
+    @property
+    def is_listening(self):
+        return self.connection is not None or self.doorbell is not None
 
     def ensure_connected(self):
         """Connect and LISTEN if supported, not connected, and not waiting to retry."""
-        if self.connection is not None or not self.is_supported:
+        if self.is_listening or not self.is_supported:
             return
         if time.monotonic() < self.retry_at:
+            return
+        if connections[self.alias].vendor == "sqlite":
+            self._bind_doorbell()
             return
         import psycopg
 
@@ -59,11 +70,34 @@ class Listener:
         self.is_failing = False
         self.connection = connection
 
+    def _bind_doorbell(self):
+        path = doorbell.directory(connections[self.alias])
+        if path is None:
+            self.retry_at = float("inf")  # an in-memory database: nobody else can ring
+            return
+        try:
+            self.doorbell = doorbell.Doorbell(path)
+        except OSError as exc:
+            self.retry_at = float("inf")
+            logger.warning("cannot bind a doorbell socket in %s (%s): polling only", path, exc)
+
     def fileno(self):
+        if self.doorbell is not None:
+            return self.doorbell.fileno()
         return self.connection.fileno()
+
+    def private_fds(self):
+        """Return the descriptors a forked worker must close."""
+        return [] if self.doorbell is None else [self.doorbell.fileno()]
+
+    def before_fork(self):
+        """Close what a forked child must not share: the LISTEN connection."""
+        self._close_connection()
 
     def drain(self):
         """Consume the notifications that arrived; return whether there were any."""
+        if self.doorbell is not None:
+            return self.doorbell.drain()
         if self.connection is None:
             return False
         import psycopg
@@ -77,6 +111,14 @@ class Listener:
             return True
 
     def close(self):
+        """Stop listening for good (the PostgreSQL connection comes back on the next
+        ``ensure_connected``)."""
+        self._close_connection()
+        if self.doorbell is not None:
+            self.doorbell.close()
+            self.doorbell = None
+
+    def _close_connection(self):
         if self.connection is not None:
             import psycopg
 

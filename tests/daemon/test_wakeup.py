@@ -11,7 +11,8 @@ from tests.processes import wait_until
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
-def test_an_idle_daemon_is_woken_by_a_committed_enqueue(postgres_only, start_daemon):
+def test_an_idle_daemon_is_woken_by_a_committed_enqueue(start_daemon):
+    """On PostgreSQL by NOTIFY, on SQLite by the doorbell socket."""
     atp.register_task_type("tests.echo", "tests.handlers.echo")
     warm_up = atp.enqueue("tests.echo")
     # Polling every 60 s: only a notification can start the next task soon.

@@ -111,4 +111,4 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check atp atp_demo tests bench
 
 clean:
-	rm -rf $(VENV) .venv-compat build dist *.egg-info db.sqlite3 db.sqlite3-shm db.sqlite3-wal
+	rm -rf $(VENV) .venv-compat build dist *.egg-info db.sqlite3 db.sqlite3-shm db.sqlite3-wal db.sqlite3.atpd

@@ -26,6 +26,7 @@ from atp.engine import postgresql
 from atp.engine.base import daemon_label, database, pk_of, queue_write
 from atp.engine.engines import engine
 from atp.engine.locks import for_update, lock_task
+from atp.engine.sql import CLAIM_INDEX
 from atp.engine.transitions import move, write_history
 from atp.exceptions import DaemonStopped, InvalidParameter, TaskTypeNotFound
 from atp.models import Daemon, Instance, LogRecord, Task, Type
@@ -35,7 +36,6 @@ logger = logging.getLogger(__name__)
 
 #: Claim order; ``atp_task_claim_idx`` has these columns in this order.
 CLAIM_ORDER = ("-priority", "not_before", "instance_id")
-CLAIM_INDEX = "atp_task_claim_idx"
 
 
 def dequeue(daemon, limit=1, *, types=None):

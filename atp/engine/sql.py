@@ -10,6 +10,9 @@ TASK, INSTANCE = Task._meta.db_table, Instance._meta.db_table
 TYPE, LOG = Type._meta.db_table, LogRecord._meta.db_table
 INPUTS, RESPONSE = Inputs._meta.db_table, Response._meta.db_table
 
+#: The partial index of waiting queue rows, in claim order (``Task.Meta.indexes``).
+CLAIM_INDEX = "atp_task_claim_idx"
+
 #: A history entry a daemon writes: no person made it (actor is empty).
 LOG_COLUMNS = f"INSERT INTO {LOG} (instance_id, time, status, attempt, message, daemon, actor)"
 

@@ -20,6 +20,7 @@ from django.utils import timezone
 from atp.engine.base import daemon_label, database
 from atp.engine.records import response_limit
 from atp.engine.sql import (
+    CLAIM_INDEX,
     INPUTS,
     INSTANCE,
     LOG_COLUMNS,
@@ -42,7 +43,6 @@ IS_SUPPORTED = sqlite3.sqlite_version_info >= (3, 35)
 ONE_STATEMENT = False
 
 DAEMON = Daemon._meta.db_table
-CLAIM_INDEX = "atp_task_claim_idx"
 
 # The guards, from atp.states.TRANSITIONS.
 CLAIMABLE = sources_of(Status.SCHEDULED)

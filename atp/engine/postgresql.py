@@ -270,6 +270,23 @@ def _insert(model, obj, connection, expressions):
     return sql, params
 
 
+def _type_as_read(task_type, size):
+    """Return the SQL selecting ``task_type`` only while it is as read: same identifier and
+    format, a limit inputs of ``size`` bytes fit in. Otherwise an enqueue writes nothing
+    and its caller reads the type again."""
+    return (f"SELECT 1 FROM {TYPE} WHERE id = %s AND identifier = %s AND input_format = %s "
+            "AND COALESCE(max_input_bytes, %s) >= %s",
+            [task_type.pk, task_type.identifier, task_type.input_format, conf.MAX_INPUT_BYTES,
+             size])
+
+
+def _not_before(value):
+    """Return the SQL of a queue row's ``not_before``: a datetime, or a delay from its creation."""
+    if isinstance(value, datetime.datetime):
+        return ("%s", [value])
+    return ("new.created + %s", [value])
+
+
 def enqueue(task_type, instance, data, not_before, size, notify):
     """Write one task (its instance, queue row, inputs and first history entry) in one
     statement, and NOTIFY in the same round trip; return the task's key and creation
@@ -283,20 +300,11 @@ def enqueue(task_type, instance, data, not_before, size, notify):
     inputs = Inputs(input_format=task_type.input_format, data=data)
     record = LogRecord(status=Status.ACCEPTED, message="enqueued")
     now = "STATEMENT_TIMESTAMP()"
-    if isinstance(not_before, datetime.datetime):
-        start = ("%s", [not_before])
-    else:
-        start = ("new.created + %s", [not_before])
-    # The type as it was read: same format, a limit the inputs fit in. Otherwise the
-    # statement writes nothing and the caller reads the type again.
     parts = [
-        (f"SELECT 1 FROM {TYPE} WHERE id = %s AND identifier = %s AND input_format = %s "
-         "AND COALESCE(max_input_bytes, %s) >= %s",
-         [task_type.pk, task_type.identifier, task_type.input_format, conf.MAX_INPUT_BYTES,
-          size]),
+        _type_as_read(task_type, size),
         _insert(Instance, instance, connection, {"created": now, "updated": now}),
         _insert(Task, task, connection, {"instance_id": "new.id", "enqueued": "new.created",
-                                         "not_before": start}),
+                                         "not_before": _not_before(not_before)}),
         _insert(Inputs, inputs, connection, {"instance_id": "new.id"}),
         _insert(LogRecord, record, connection, {"instance_id": "new.id", "time": "new.created"}),
     ]
@@ -332,20 +340,13 @@ def enqueue_many(task_type, identifiers, data, priority, not_before, notify):
     inputs = Inputs(input_format=task_type.input_format, data="")
     record = LogRecord(status=Status.ACCEPTED, message="enqueued")
     now = "STATEMENT_TIMESTAMP()"
-    if isinstance(not_before, datetime.datetime):
-        start = ("%s", [not_before])
-    else:
-        start = ("new.created + %s", [not_before])
     size = max((len(item.encode("utf-8")) for item in data), default=0)
     parts = [
-        (f"SELECT 1 FROM {TYPE} WHERE id = %s AND identifier = %s AND input_format = %s "
-         "AND COALESCE(max_input_bytes, %s) >= %s",
-         [task_type.pk, task_type.identifier, task_type.input_format, conf.MAX_INPUT_BYTES,
-          size]),
+        _type_as_read(task_type, size),
         _insert(Instance, template, connection,
                 {"created": now, "updated": now, "identifier": "batch.identifier"}),
         _insert(Task, task, connection, {"instance_id": "new.id", "enqueued": "new.created",
-                                         "not_before": start, "identifier": "new.identifier"}),
+                                         "not_before": _not_before(not_before), "identifier": "new.identifier"}),
         _insert(Inputs, inputs, connection, {"instance_id": "new.id", "data": "batch.data"}),
         _insert(LogRecord, record, connection, {"instance_id": "new.id", "time": "new.created"}),
     ]

@@ -16,6 +16,7 @@ atp.E012  ATP_MAX_INPUT_BYTES or ATP_MAX_RESPONSE_BYTES is not a positive intege
 atp.E013  ATP_PICKLE_ENABLED is not a boolean.
 atp.E014  A type declared with input_format="pickle" while ATP_PICKLE_ENABLED is off.
 atp.E015  ATP_ENGINE is neither "auto" nor "orm".
+atp.E016  ATP_PREPARED_STATEMENTS is not a boolean.
 """
 
 from django.apps import apps
@@ -45,6 +46,8 @@ def check_settings(app_configs=None, **kwargs):
         errors.append(Error("ATP_SQLITE_WAL must be True or False.", id="atp.E002"))
     if conf.ENGINE not in ("auto", "orm"):
         errors.append(Error('ATP_ENGINE must be "auto" or "orm".', id="atp.E015"))
+    if not isinstance(conf.PREPARED_STATEMENTS, bool):
+        errors.append(Error("ATP_PREPARED_STATEMENTS must be True or False.", id="atp.E016"))
     errors += _non_negative_seconds("TRANSACTION_RETRY_SECONDS", "atp.E003")
     if not _is_positive_int(conf.PURGE_BATCH_SIZE):
         errors.append(Error("ATP_PURGE_BATCH_SIZE must be a positive integer.", id="atp.E004"))

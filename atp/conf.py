@@ -33,6 +33,12 @@ class AtpSettings:
         return getattr(settings, "ATP_ENGINE", "auto")
 
     @property
+    def PREPARED_STATEMENTS(self):
+        """Have PostgreSQL prepare the engine's statements (planned once per connection).
+        Off behind a pooler that cannot keep them (PgBouncer before 1.21 in transaction mode)."""
+        return getattr(settings, "ATP_PREPARED_STATEMENTS", True)
+
+    @property
     def TRANSACTION_RETRY_SECONDS(self):
         """How long a queue write keeps retrying a locked SQLite database or a deadlock."""
         return getattr(settings, "ATP_TRANSACTION_RETRY_SECONDS", 30.0)

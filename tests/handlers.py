@@ -216,3 +216,19 @@ def spawn_and_return(task, inputs):
                 subprocess.Popen(["sleep", "600"], start_new_session=True)]
     Path(inputs["pid_file"]).write_text(" ".join(str(child.pid) for child in children))
     return "left them running"
+
+
+def gate(task, inputs):
+    """On its first attempt, wait at a FIFO until a byte comes (the test opens the gate);
+    later attempts pass at once. Writes ``"<pid> <fd>"`` to ``inputs["pid_file"]`` once it
+    waits in ``read(fd)``, so a test can tell that wait apart from the worker's next one.
+    """
+    if task.attempt == 1:
+        # Opened for writing too, a FIFO's read waits for data instead of seeing no writer.
+        fd = os.open(inputs["fifo"], os.O_RDWR)
+        try:
+            Path(inputs["pid_file"]).write_text(f"{getpid()} {fd}")
+            os.read(fd, 1)
+        finally:
+            os.close(fd)
+    return {"attempt": task.attempt}

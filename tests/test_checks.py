@@ -21,6 +21,7 @@ def test_the_test_settings_pass_every_check():
         ({"ATP_HANDLER_MODULES": [42]}, ["atp.E001"]),
         ({"ATP_SQLITE_WAL": "yes"}, ["atp.E002"]),
         ({"ATP_ENGINE": "fast"}, ["atp.E015"]),
+        ({"ATP_PREPARED_STATEMENTS": "on"}, ["atp.E016"]),
         ({"ATP_TRANSACTION_RETRY_SECONDS": -1}, ["atp.E003"]),
         ({"ATP_TRANSACTION_RETRY_SECONDS": "30"}, ["atp.E003"]),
         ({"ATP_PURGE_BATCH_SIZE": 0}, ["atp.E004"]),

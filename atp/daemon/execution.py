@@ -1,12 +1,15 @@
-"""Running one attempt of one task inside a worker, from its claim to its end.
+"""Running one attempt of one task inside a worker, from its start to its outcome.
 
-The attempt goes through named steps: find the handler, start (SCHEDULED to
-RUNNING, loading the type and inputs), decode the inputs, run the handler, record
-the end. Whatever goes wrong in a step of atp's own, outside the handler, ends the
-task FAILED on this attempt with the reason, and the worker lives on: the outcome
-would be the same on every restart, so restarting would only run the handler
-again and bury the real error. Only the death of the worker process (a crash,
-``sys.exit``, a signal) costs a restart. Database outages are waited out.
+The supervisor claims a task for an idle worker and starts it (RUNNING) in the same
+statement, then hands the worker the task with its type and inputs. The attempt
+goes through named steps: find the handler, decode the inputs, run the handler,
+encode what it returned. How it ended goes back to the supervisor as an
+``Outcome``, which writes the outcomes of the same moment together
+(``atp.daemon.recording``). Whatever goes wrong in a step of atp's own, outside the
+handler, ends the task FAILED on this attempt with the reason, and the worker lives
+on: the outcome would be the same on every restart, so restarting would only run the
+handler again and bury the real error. Only the death of the worker process (a
+crash, ``sys.exit``, a signal) costs a restart.
 """
 
 import logging
@@ -17,42 +20,37 @@ from atp.conf import conf
 from atp.daemon import suspension
 from atp.daemon.context import TaskContext
 from atp.daemon.outage import discard_broken_connections, retry_while_unreachable
+from atp.daemon.recording import describe_error, record
+from atp.engine.outcomes import Outcome
 from atp.exceptions import InvalidHandler, InvalidResponse, InvalidTransition, TaskNotFound
 from atp.registry import resolve_handler
 from atp.serialization import storable
 
 logger = logging.getLogger(__name__)
 
-ENDINGS = {engine.finish: "finished", engine.fail: "failed"}
-#: What a task's history says when even the reason of its failure cannot be written.
-UNRECORDABLE = "atp could not record how this attempt ended; see the daemon's log"
 
+def execute(instance, attempt, handler_path, daemon=""):
+    """Run attempt ``attempt`` of the started task ``instance`` (loaded with its type and
+    inputs) with the handler ``handler_path``; return its ``Outcome``.
 
-def run_task(pk, attempt, handler_path, daemon=""):
-    """Run attempt ``attempt`` of task ``pk`` with the handler its type names, and record the end.
-
-    Handler exceptions and errors of atp's own steps fail the task; a ``SystemExit``
-    or a crash ends the worker, and the supervisor restarts the task. A handler this
-    worker has not loaded hands the task back.
+    Nothing is written but what the handler's context writes (progress, log lines, a
+    response set early). Handler exceptions and errors of atp's own steps make a FAILED
+    outcome; a ``SystemExit`` or a crash ends the worker, and the supervisor restarts
+    the task. A handler this worker has not loaded hands the task back.
     """
+    pk = instance.pk
     discard_broken_connections()
     try:
         handler = resolve_handler(handler_path, may_import=False)
     except InvalidHandler as exc:
         # Not this daemon's to run (its supervisor claims only the types whose handler
         # it loaded): back to the queue for one that has the code, no restart spent.
-        _record(engine.hand_back, pk, attempt, daemon,
-                message=storable(f"not run by daemon {daemon}: {exc}"))
-        return
-    instance = _start(pk, attempt, daemon)
-    if instance is None:
-        return
+        return Outcome.handed_back(pk, attempt, storable(f"not run by daemon {daemon}: {exc}"))
     try:
         inputs = instance.inputs.load()
     except Exception as exc:  # a forged pickle, a class that is gone, bad JSON...
-        _record(engine.fail, pk, attempt, daemon,
-                message=f"not run: its inputs cannot be loaded ({describe_error(exc)})")
-        return
+        return Outcome.failed(
+            pk, attempt, f"not run: its inputs cannot be loaded ({describe_error(exc)})")
     logger.info("task id=%s type=%s attempt=%s running", pk, instance.type.identifier, attempt)
     task = TaskContext(instance, attempt, daemon)
     try:
@@ -61,13 +59,32 @@ def run_task(pk, attempt, handler_path, daemon=""):
     except Exception:
         message = describe_failure()
         _flush_progress(task)
-        _record(engine.fail, pk, attempt, daemon, message=message)
-        return
+        return Outcome.failed(pk, attempt, message)
     _flush_progress(task)
     try:
-        _record(engine.finish, pk, attempt, daemon, response=result)
+        return Outcome.finished(pk, attempt, result,
+                                max_bytes=instance.type.max_response_bytes)
     except InvalidResponse as exc:
-        _record(engine.fail, pk, attempt, daemon, message=f"{exc} (the handler returned it)")
+        return Outcome.failed(pk, attempt, f"{exc} (the handler returned it)")
+
+
+def run_task(pk, attempt, handler_path, daemon=""):
+    """Run attempt ``attempt`` of the SCHEDULED task ``pk`` in this process: start it, run
+    it, and record how it ended, each write on its own (no batching).
+
+    For running a claimed task by hand (``dequeue``, then this) and for tests; atpd's
+    workers get their tasks started by the supervisor's claim instead.
+    """
+    discard_broken_connections()
+    try:
+        resolve_handler(handler_path, may_import=False)
+    except InvalidHandler as exc:
+        record(Outcome.handed_back(pk, attempt, storable(f"not run by daemon {daemon}: {exc}")),
+               daemon, wait=True)
+        return
+    instance = _start(pk, attempt, daemon)
+    if instance is not None:
+        record(execute(instance, attempt, handler_path, daemon), daemon, wait=True)
 
 
 def _start(pk, attempt, daemon):
@@ -81,8 +98,9 @@ def _start(pk, attempt, daemon):
         logger.info("task id=%s attempt=%s superseded before it started: %s", pk, attempt, exc)
     except Exception as exc:
         logger.exception("task id=%s attempt=%s could not start", pk, attempt)
-        _record(engine.fail, pk, attempt, daemon,
-                message=f"not run: atp could not start it ({describe_error(exc)})")
+        record(Outcome.failed(pk, attempt,
+                              f"not run: atp could not start it ({describe_error(exc)})"),
+               daemon, wait=True)
     return None
 
 
@@ -93,54 +111,6 @@ def _flush_progress(task):
         pass  # superseded or deleted: recording the end says so
     except Exception:
         logger.exception("task id=%s: its last progress could not be recorded", task.id)
-
-
-def _record(verb, pk, attempt, daemon, **details):
-    """Apply a queue verb for this attempt; return False if the attempt was superseded.
-
-    ``InvalidResponse`` goes to the caller, which fails the task with it. Any other
-    error (a value the database refuses) fails the task with that reason.
-    """
-    try:
-        retry_while_unreachable(
-            lambda: verb(pk, attempt=attempt, daemon=daemon, **details),
-            f"{verb.__name__} of task id={pk}",
-        )
-    except (InvalidTransition, TaskNotFound) as exc:
-        logger.info("task id=%s attempt=%s: %s ignored: %s", pk, attempt, verb.__name__, exc)
-        return False
-    except InvalidResponse:
-        raise
-    except Exception as exc:
-        logger.exception("task id=%s attempt=%s: %s failed", pk, attempt, verb.__name__)
-        return _fail_anyway(pk, attempt, daemon, exc)
-    logger.info("task id=%s attempt=%s %s", pk, attempt, ENDINGS.get(verb, verb.__name__))
-    return True
-
-
-def _fail_anyway(pk, attempt, daemon, exc):
-    """Fail the task saying why its end could not be recorded; raise if nothing can be."""
-    reasons = (f"atp could not record how this attempt ended ({describe_error(exc)})",
-               UNRECORDABLE)
-    for reason in reasons:
-        try:
-            retry_while_unreachable(
-                lambda: engine.fail(pk, reason, attempt=attempt, daemon=daemon),  # noqa: B023
-                f"fail of task id={pk}",
-            )
-        except (InvalidTransition, TaskNotFound):
-            return False
-        except Exception:
-            logger.exception("task id=%s attempt=%s: recording the failure failed", pk, attempt)
-        else:
-            return True
-    # The worker dies of it, and the supervisor restarts the task: the last resort.
-    raise RuntimeError(f"task id={pk}: the database refuses every end of attempt {attempt}")
-
-
-def describe_error(exc):
-    """Return ``Class: message`` of an exception, as a task's history can store it."""
-    return storable(f"{type(exc).__name__}: {exc}")
 
 
 def describe_failure():

@@ -114,10 +114,11 @@ class Worker:
     def is_idle(self):
         return self.assignment is None and not self.is_retiring
 
-    def assign(self, assignment):
+    def assign(self, assignment, task):
+        """Give the worker ``task``, started, loaded with its type and inputs."""
         self.assignment = assignment
         self.channel.send((
-            "run", assignment.pk, assignment.attempt, assignment.handler, str(assignment.daemon)
+            "run", task, assignment.attempt, assignment.handler, str(assignment.daemon)
         ))
 
     def retire(self):

@@ -2,8 +2,9 @@
 
 One thread, one loop. Each round it waits for something to happen (a worker reports
 or dies, a notification or a signal arrives, a timer is due), then does its database
-work: pending restarts, the heartbeat, the check against its leases, maintenance, and
-a claim for the idle workers. A database that goes away puts the loop in outage mode:
+work: the ends its workers reported (written together), pending restarts, the
+heartbeat, the check against its leases, maintenance, and a claim that starts tasks
+for the idle workers. A database that goes away puts the loop in outage mode:
 running tasks go on, database work is retried with back-off.
 """
 
@@ -15,7 +16,7 @@ from multiprocessing.connection import wait
 
 from atp import engine
 from atp.conf import conf
-from atp.daemon import control, maintenance
+from atp.daemon import control, maintenance, recording
 from atp.daemon.catalog import Catalog
 from atp.daemon.events import Every, SignalInbox
 from atp.daemon.lease import Lease, clock
@@ -35,6 +36,7 @@ from atp.engine.base import database
 from atp.engine.claim import claimable_types
 from atp.engine.types import sync_declared_types
 from atp.exceptions import DaemonStopped
+from atp.states import Status
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +60,7 @@ class Supervisor:
         self.daemon = None
         self.catalog = Catalog(config.types)
         self.pending = PendingWrites()
+        self.outcomes = []  # what workers reported, not written yet
         self.stop_requests = 0
         self.drain_deadline = None
         self.outage = Outage()
@@ -115,7 +118,7 @@ class Supervisor:
     def _is_finished(self):
         if self.drain_deadline is None or self.pool.workers:
             return False
-        if not self.pending or self.stop_requests > 1:
+        if not (self.pending or self.outcomes) or self.stop_requests > 1:
             return True
         # Writes the database will not take: leave them to the reapers.
         return time.monotonic() > self.drain_deadline + conf.DAEMON_TIMEOUT_SECONDS
@@ -217,13 +220,16 @@ class Supervisor:
             replacements += self.drain_deadline is None
         self.pool.spawn(replacements)
 
-    def _on_done(self, worker, pk, attempt):
+    def _on_done(self, worker, pk, attempt, outcome):
         assignment = worker.assignment
         if assignment is None or (assignment.pk, assignment.attempt) != (pk, attempt):
             logger.error("worker pid=%s reported task id=%s attempt=%s it was not running",
                          worker.pid, pk, attempt)
             return
         worker.assignment = None
+        # Written even when the task was being stopped: it ended first, and a write
+        # refused because the task went on meanwhile is dropped.
+        self.outcomes.append(outcome)
         if assignment.ending is not None:
             worker.retire()  # it was being stopped: a signal may still be on its way
             return
@@ -282,6 +288,8 @@ class Supervisor:
 
     def _database_work(self, now):
         """The round's database work, in order; a connection error ends it early."""
+        if self.controls.is_due(now):
+            self._settle()  # the check of the leases must see them
         self.pending.flush()
         if self.heartbeats.is_due(now):
             self._heartbeat()
@@ -300,7 +308,20 @@ class Supervisor:
             self.maintenance.done(now)
         self.listener.ensure_connected()
         if self._may_claim(now):
-            self._claim(now)
+            self._claim(now)  # writes the reported ends too, in the same statement
+        self._settle()
+
+    def _settle(self):
+        """Write the ends the workers reported since the last round, together (when the
+        round claims, its claim writes them)."""
+        if not self.outcomes:
+            return
+        outcomes, self.outcomes = self.outcomes, []
+        try:
+            recording.settle(self.daemon, outcomes)
+        except CONNECTION_ERRORS:
+            self.outcomes = outcomes + self.outcomes  # all of them again, next round
+            raise
 
     def _heartbeat(self):
         sent = clock()
@@ -341,13 +362,20 @@ class Supervisor:
         )
 
     def _claim(self, now):
+        """Claim and start tasks for the idle workers, writing the reported ends in the
+        same transaction (one statement on PostgreSQL), and hand the tasks out."""
         idle = self.pool.idle()
         self.polls.done(now)
+        outcomes, self.outcomes = self.outcomes, []
         try:
-            instances = engine.claim_for_daemon(self.daemon, len(idle), self.catalog.type_ids())
+            instances = self._settle_and_claim(outcomes, len(idle))
         except DaemonStopped:
+            self.outcomes = outcomes + self.outcomes  # written again: refused if they were
             self._register_again()
             return
+        except CONNECTION_ERRORS:
+            self.outcomes = outcomes + self.outcomes
+            raise
         self.should_claim = len(instances) == len(idle)
         for instance in instances:
             task_type = instance.type
@@ -359,11 +387,30 @@ class Supervisor:
                 task_type.timeout.total_seconds(), daemon=self.daemon,
             )
             try:
-                idle.pop(0).assign(assignment)
+                idle.pop(0).assign(assignment, instance)
             except OSError:
                 pass  # the worker just died: its death restarts the task
         if self.config.burst and not instances and not self.pool.busy():
             self._begin_drain("burst: nothing left to run")
+
+    def _settle_and_claim(self, outcomes, limit):
+        type_ids = self.catalog.type_ids()
+        handed_back = [outcome for outcome in outcomes if outcome.status == Status.ACCEPTED]
+        if handed_back:  # rare: each alone
+            recording.settle(self.daemon, handed_back)
+            outcomes = [outcome for outcome in outcomes if outcome.status != Status.ACCEPTED]
+        if not outcomes:
+            return engine.claim_for_daemon(self.daemon, limit, type_ids, start=True)
+        try:
+            settled, instances = engine.settle_and_claim(self.daemon, outcomes, limit, type_ids)
+        except (DaemonStopped, *CONNECTION_ERRORS):
+            raise
+        except Exception:  # a value the database refuses: each end alone, then the claim
+            logger.exception("writing %s ends with the claim failed", len(outcomes))
+            recording.settle(self.daemon, outcomes)
+            return engine.claim_for_daemon(self.daemon, limit, type_ids, start=True)
+        recording.report(outcomes, settled)
+        return instances
 
     def _hand_back_unknown(self, instance):
         # Its type's handler changed since the catalog was read: not ours to run.
@@ -383,6 +430,7 @@ class Supervisor:
         self.pool.stop_all()
         self._collect_workers()
         try:
+            self._settle()
             self.pending.flush()
             returned = engine.retire_daemon(self.daemon, f"daemon {self.daemon} stopped")
             if returned:

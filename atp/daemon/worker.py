@@ -24,7 +24,7 @@ from pathlib import Path
 import psutil
 
 from atp.daemon import suspension
-from atp.daemon.execution import run_task
+from atp.daemon.execution import execute
 from atp.daemon.lease import clock
 from atp.daemon.outage import close_connections
 
@@ -44,7 +44,12 @@ _running = threading.Event()
 
 
 def worker_main(channel, lease_deadline, parent_pid, inherited_fds):
-    """Run in the forked child: serve ``("run", pk, attempt, handler, daemon)`` until ``("stop",)``."""
+    """Run in the forked child: serve ``("run", task, attempt, handler, daemon)`` until
+    ``("stop",)``, answering each with ``("done", pk, attempt, outcome)``.
+
+    ``task`` is the ``Instance``, started, with its type and inputs: the worker writes
+    nothing of its state, its supervisor does.
+    """
     os.setpgid(0, 0)
     for fd in inherited_fds:
         try:
@@ -70,15 +75,15 @@ def worker_main(channel, lease_deadline, parent_pid, inherited_fds):
             _end_group(EXIT_PARENT_GONE)
         if message[0] == "stop":
             break
-        _, pk, attempt, handler, daemon = message
+        _, task, attempt, handler, daemon = message
         _running.set()
         try:
-            run_task(pk, attempt, handler, daemon)
+            outcome = execute(task, attempt, handler, daemon)
         finally:
             _running.clear()
             _end_attempt_processes()
         try:
-            channel.send(("done", pk, attempt))
+            channel.send(("done", task.pk, attempt, outcome))
         except OSError:  # the supervisor is gone: so is this worker, and its group
             _end_group(EXIT_PARENT_GONE)
     close_connections()

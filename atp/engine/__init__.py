@@ -5,7 +5,7 @@ rows itself. Each verb is a guarded compare-and-set that writes the task's histo
 in the same transaction (see ``atp.engine.transitions``).
 """
 
-from atp.engine.claim import claim_for_daemon, dequeue
+from atp.engine.claim import claim_for_daemon, dequeue, settle_and_claim
 from atp.engine.daemons import (
     heartbeat,
     prune_daemons,
@@ -23,6 +23,7 @@ from atp.engine.lifecycle import (
     hand_back,
     release,
     restart,
+    settle,
     start,
     start_and_load,
 )
@@ -44,6 +45,6 @@ __all__ = [
     "get_response", "get_type", "hand_back", "heartbeat", "log", "pause", "pause_type",
     "prune_daemons", "purge_finished", "reap_daemon", "reenqueue", "register_daemon", "release",
     "register_task_type", "restart", "restart_leases", "resume", "resume_type", "retire_daemon",
-    "serve_types", "set_progress", "set_response", "set_status", "stale_daemons", "start", "start_and_load",
+    "serve_types", "set_progress", "settle", "settle_and_claim", "set_response", "set_status", "stale_daemons", "start", "start_and_load",
     "sync_declared_types", "unregister_task_type", "update_task_type",
 ]

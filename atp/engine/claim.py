@@ -25,6 +25,7 @@ from atp.db import run_in_transaction
 from atp.engine import postgresql
 from atp.engine.base import daemon_label, database, pk_of, queue_write
 from atp.engine.engines import engine
+from atp.engine.lifecycle import settle, start_attempt
 from atp.engine.locks import for_update, lock_task
 from atp.engine.sql import CLAIM_INDEX
 from atp.engine.transitions import move, write_history
@@ -59,21 +60,47 @@ def dequeue(daemon, limit=1, *, types=None):
     return _claim(daemon, limit, limits)
 
 
-def claim_for_daemon(daemon, limit, type_ids):
+def claim_for_daemon(daemon, limit, type_ids, *, start=False):
     """Claim up to ``limit`` runnable tasks of the types ``type_ids`` for ``daemon``.
 
     The daemon's own claim: its types are the ones it has loaded, read by id, so no
     identifier needs checking. The engine checks which are paused or limited in the
-    same round trip as the claim. Raise ``DaemonStopped``.
+    same round trip as the claim. With ``start`` the tasks are also started (RUNNING)
+    in the same transaction and come with their inputs: the supervisor claims for
+    its idle workers so. Raise ``DaemonStopped``.
     """
-    claimed = _claim_with_engine(daemon, limit, list(type_ids))
+    claimed = _claim_with_engine(daemon, limit, list(type_ids), start)
     if claimed is not None:
         return claimed
     limits = dict(Type.objects.filter(pk__in=type_ids, is_paused=False)
                   .values_list("pk", "max_concurrency"))
     if not limits:
         return []
-    return _claim_with_locks(daemon, limit, limits)
+    return _claim_with_locks(daemon, limit, limits, start)
+
+
+def settle_and_claim(daemon, outcomes, limit, type_ids):
+    """Write ``outcomes`` (the ends of attempts ``daemon``'s workers reported, see
+    ``lifecycle.settle``) and claim up to ``limit`` tasks of ``type_ids``, started, for
+    its idle workers, in one transaction (one statement on PostgreSQL); return ``(keys
+    of the tasks settled, tasks claimed)``. Raise ``DaemonStopped``: nothing was
+    claimed then, and the outcomes may or may not have been written.
+    """
+    outcomes, type_ids = list(outcomes), list(type_ids)
+    fast = engine()
+    if fast is None:
+        return run_in_transaction(lambda: (
+            settle(daemon, outcomes), claim_for_daemon(daemon, limit, type_ids, start=True),
+        ), database())
+    settled, claimed = run_in_transaction(
+        lambda: fast.settle_and_claim(daemon, outcomes, limit, type_ids), database(),
+        single_statement=fast.ONE_STATEMENT)
+    if claimed is None:  # a type with a concurrency limit: the ORM form claims
+        return settled, claim_for_daemon(daemon, limit, type_ids, start=True)
+    instances, strays = claimed
+    if strays:
+        _repair_strays(strays)
+    return settled, instances
 
 
 def claimable_types(types=None):
@@ -108,14 +135,14 @@ def _claim(daemon, limit, limits):
     return _claim_with_locks(daemon, limit, limits)
 
 
-def _claim_with_engine(daemon, limit, type_ids):
+def _claim_with_engine(daemon, limit, type_ids, start=False):
     """Claim with the database's engine; return the tasks, or None when it has no engine
     or a type among ``type_ids`` has a concurrency limit."""
     fast = engine()
     if fast is None:
         return None
-    claimed = run_in_transaction(lambda: fast.claim(daemon, limit, type_ids), database(),
-                                 single_statement=fast.ONE_STATEMENT)
+    claimed = run_in_transaction(lambda: fast.claim(daemon, limit, type_ids, start),
+                                 database(), single_statement=fast.ONE_STATEMENT)
     if claimed is None:
         return None
     instances, strays = claimed
@@ -135,12 +162,19 @@ def _repair_strays(pks):
 
 
 @queue_write
-def _claim_with_locks(daemon, limit, limits):
+def _claim_with_locks(daemon, limit, limits, start=False):
     """The ORM form: lock the daemon's row, then claim, counting limited types' leases."""
     _lock_daemon(daemon)
     instances, strays = _claim_with_orm(daemon, limit, limits)
     for pk in strays:
         repair_stray_row(pk)
+    if start and instances:
+        for instance in instances:
+            start_attempt(instance.pk, instance.attempt, daemon)
+        position = {instance.pk: index for index, instance in enumerate(instances)}
+        instances = sorted(
+            Instance.objects.filter(pk__in=position).select_related("type", "inputs"),
+            key=lambda instance: position[instance.pk])
     return instances
 
 

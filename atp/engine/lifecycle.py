@@ -14,6 +14,7 @@ run again on its own: it is *held*, PAUSED with an unleased queue row that no cl
 takes, until an operator resumes it (``steering.resume``) or re-enqueues it.
 """
 
+from django.db import transaction
 from django.db.models import F
 from django.db.models.functions import Now
 
@@ -22,11 +23,11 @@ from atp.engine.base import database, pk_of, queue_write
 from atp.engine.engines import engine
 from atp.engine.locks import lock_task
 from atp.engine.notify import notify_runnable
-from atp.engine.records import store_response
+from atp.engine.records import store_encoded, store_response
 from atp.engine.transitions import move, refusal, write_history
-from atp.exceptions import InvalidTransition
+from atp.exceptions import InvalidTransition, TaskNotFound
 from atp.models import Instance, Task, Type
-from atp.states import IN_FLIGHT, Status
+from atp.states import IN_FLIGHT, Status, sources_of
 
 
 def queue_row(pk):
@@ -45,7 +46,7 @@ def release_lease(pk, *, hold=False):
 @queue_write
 def start(instance, *, attempt=None, daemon=None, by=None):
     """Move a SCHEDULED task to RUNNING (its time-out clock runs since the claim)."""
-    return _start(pk_of(instance), attempt, daemon, by)
+    return start_attempt(pk_of(instance), attempt, daemon, by)
 
 
 def start_and_load(instance, *, attempt, daemon=None):
@@ -59,11 +60,12 @@ def start_and_load(instance, *, attempt, daemon=None):
 
 @queue_write
 def _start_and_load(pk, attempt, daemon):
-    _start(pk, attempt, daemon)
+    start_attempt(pk, attempt, daemon)
     return Instance.objects.select_related("type", "inputs").get(pk=pk)
 
 
-def _start(pk, attempt, daemon, by=None):
+def start_attempt(pk, attempt, daemon, by=None):
+    """Move task ``pk`` from SCHEDULED to RUNNING on ``attempt``, in the caller's transaction."""
     return move(
         pk, Status.RUNNING, sources={Status.SCHEDULED}, attempt=attempt,
         changes={"started": Now()}, daemon=daemon, by=by,
@@ -96,6 +98,45 @@ def _finish(pk, message, attempt, daemon, response, content_type, by):
         pk, Status.FINISHED, sources={Status.RUNNING, Status.PAUSED}, attempt=attempt,
         changes={"finished": Now()}, message=message, daemon=daemon, by=by,
     )
+
+
+def settle(daemon, outcomes):
+    """Write the ends of attempts ``daemon`` ran (``atp.engine.outcomes.Outcome``, FINISHED
+    or FAILED) together; return the keys of the tasks written.
+
+    Each is guarded and fenced by its attempt as ``finish`` and ``fail`` are: one whose
+    attempt was superseded, or whose task went on (an operator ended or re-enqueued
+    it), writes nothing, and the others are written all the same.
+    """
+    outcomes = list(outcomes)
+    if not outcomes:
+        return set()
+    if (fast := engine()) is not None:
+        return run_in_transaction(lambda: fast.settle(daemon, outcomes), database(),
+                                  single_statement=fast.ONE_STATEMENT)
+    return _settle(daemon, outcomes)
+
+
+@queue_write
+def _settle(daemon, outcomes):
+    written = set()
+    for outcome in outcomes:
+        try:
+            with transaction.atomic(using=database()):
+                _end(outcome, daemon)
+        except (InvalidTransition, TaskNotFound):
+            continue
+        written.add(outcome.pk)
+    return written
+
+
+def _end(outcome, daemon):
+    pk, attempt = outcome.pk, outcome.attempt
+    _leave_queue(pk, attempt, outcome.status)
+    if outcome.response is not None:
+        store_encoded(pk, *outcome.response)
+    move(pk, outcome.status, sources=sources_of(outcome.status), attempt=attempt,
+         changes={"finished": Now()}, message=outcome.message, daemon=daemon)
 
 
 @queue_write

@@ -52,9 +52,9 @@ ONE_STATEMENT = True
 # the daemon stopped waits for this claim, or this claim for the reaper), the queue
 # rows (skipping those another claim holds), then the tasks. A row whose task is
 # not ACCEPTED is not taken; its key comes back in ``strays`` for repair.
-CLAIM = f"""
-WITH kinds AS (
-    SELECT id, max_concurrency FROM {TYPE} WHERE id = ANY(%(types)s) AND NOT is_paused
+CLAIM_STEPS = f"""
+kinds AS (
+    SELECT id, max_concurrency FROM {TYPE} WHERE id = ANY(%(types)s::bigint[]) AND NOT is_paused
 ), limited AS (
     SELECT 1 FROM kinds WHERE max_concurrency IS NOT NULL LIMIT 1
 ), alive AS (
@@ -69,8 +69,9 @@ WITH kinds AS (
     FOR UPDATE SKIP LOCKED
 ), scheduled AS (
     UPDATE {INSTANCE} i
-    SET status = '{Status.SCHEDULED}', attempt = i.attempt + 1, daemon_id = %(daemon)s,
-        updated = STATEMENT_TIMESTAMP()
+    SET status = CASE WHEN %(start)s THEN '{Status.RUNNING}' ELSE '{Status.SCHEDULED}' END,
+        started = CASE WHEN %(start)s THEN STATEMENT_TIMESTAMP() ELSE i.started END,
+        attempt = i.attempt + 1, daemon_id = %(daemon)s, updated = STATEMENT_TIMESTAMP()
     FROM picked WHERE i.id = picked.instance_id AND {one_of("i.status", sources_of(Status.SCHEDULED))}
     RETURNING {columns(Instance, "i")}
 ), leased AS (
@@ -82,17 +83,33 @@ WITH kinds AS (
     {LOG_COLUMNS}
     SELECT id, STATEMENT_TIMESTAMP(), '{Status.SCHEDULED}', attempt, '', %(label)s, ''
     FROM scheduled
+    UNION ALL
+    SELECT id, STATEMENT_TIMESTAMP(), '{Status.RUNNING}', attempt, '', %(label)s, ''
+    FROM scheduled WHERE %(start)s
 )
-SELECT meta.alive, meta.limited, meta.strays, {columns(Instance, "s")}, {columns(Type, "ty")}
+"""
+
+
+def _claim_result(settled):
+    """Return the claim's result: one row per task claimed (or one of NULLs), each with the
+    claim's facts: the daemon alive, a limited type met, stray rows, and ``settled``."""
+    return f"""
+SELECT meta.alive, meta.limited, meta.strays, meta.settled, {columns(Instance, "s")},
+    {columns(Type, "ty")}, {columns(Inputs, "inp")}
 FROM (
     SELECT (SELECT count(*) FROM alive) AS alive, (SELECT count(*) FROM limited) AS limited,
         (SELECT array_agg(instance_id) FROM picked
-         WHERE instance_id NOT IN (SELECT id FROM scheduled)) AS strays
+         WHERE instance_id NOT IN (SELECT id FROM scheduled)) AS strays,
+        {settled} AS settled
 ) AS meta
-LEFT JOIN (scheduled s JOIN {TYPE} ty ON ty.id = s.type_id JOIN leased l ON l.instance_id = s.id)
+LEFT JOIN (scheduled s JOIN {TYPE} ty ON ty.id = s.type_id JOIN leased l ON l.instance_id = s.id
+           LEFT JOIN {INPUTS} inp ON inp.instance_id = s.id AND %(start)s)
     ON true
 ORDER BY l.priority DESC, l.not_before, s.id
 """
+
+
+CLAIM = f"WITH {CLAIM_STEPS}\n{_claim_result('NULL::bigint[]')}"
 
 
 #: Planner settings for the claim's transaction: the only plan left is a walk of the
@@ -102,9 +119,50 @@ ORDER BY l.priority DESC, l.not_before, s.id
 #: of every waiting row: 30 times slower with 100,000 of them. The penalty the
 #: planner adds to a disabled plan would make the claim look expensive enough to be
 #: compiled (JIT) on every run, hundreds of milliseconds each: JIT is off too.
+#: A claim prepared on the server (``statement_cursor``) is planned once, under these
+#: settings, and its plan kept for the connection (``plan_cache_mode``): planned anew
+#: each time, as PostgreSQL would choose, it spends 2 ms planning for 0.4 ms running.
 CLAIM_PLAN = ("SELECT set_config('enable_seqscan', 'off', true), "
               "set_config('enable_bitmapscan', 'off', true), set_config('enable_sort', 'off', true), "
-              "set_config('jit', 'off', true)")
+              "set_config('jit', 'off', true), "
+              "set_config('plan_cache_mode', 'force_generic_plan', true)")
+
+#: psycopg's ``prepare_threshold`` where Django left None (never prepare): statements
+#: are then prepared only when they ask, as the engine's do.
+ONLY_WHEN_ASKED = 2**31 - 1
+_preparing = {}
+
+
+def statement_cursor(connection):
+    """Return a cursor for the engine's statements: with ``ATP_PREPARED_STATEMENTS`` (and
+    psycopg 3) each is prepared on the server at its first run on a connection, and
+    not planned again. Django's own queries keep their client-side binding."""
+    cursor_class = _preparing_cursor_class() if conf.PREPARED_STATEMENTS else None
+    if cursor_class is None:
+        return connection.cursor()
+    connection.ensure_connection()
+    raw = connection.connection
+    if raw.prepare_threshold is None:
+        raw.prepare_threshold = ONLY_WHEN_ASKED
+    with connection.wrap_database_errors:
+        return connection._prepare_cursor(cursor_class(raw))
+
+
+def _preparing_cursor_class():
+    if "class" not in _preparing:
+        try:
+            from django.db.backends.postgresql.base import ServerBindingCursor
+        except ImportError:  # psycopg2: nothing is prepared
+            _preparing["class"] = None
+        else:
+            class PreparingCursor(ServerBindingCursor):
+                """Binds on the server and has each statement prepared."""
+
+                def execute(self, query, params=None, *, prepare=True, **options):
+                    return super().execute(query, params, prepare=prepare, **options)
+
+            _preparing["class"] = PreparingCursor
+    return _preparing["class"]
 
 
 def execute_claim(cursor, sql, params):
@@ -117,6 +175,33 @@ def execute_claim(cursor, sql, params):
         cursor.execute(sql, params)
 
 
+def _in_one_round_trip(connection, cursor, sql, params):
+    """Run ``sql`` under ``CLAIM_PLAN`` in a transaction of its own; return its rows.
+
+    BEGIN, the settings, the statement and COMMIT go in one round trip (psycopg's
+    pipeline mode). A failure rolls the transaction back before it is raised.
+    """
+    import psycopg
+
+    raw = connection.connection
+    if not hasattr(raw, "pipeline"):  # psycopg2: four round trips
+        with transaction.atomic(using=connection.alias):
+            execute_claim(cursor, sql, params)
+            return cursor.fetchall()
+    try:
+        with connection.wrap_database_errors, raw.pipeline():
+            raw.execute("BEGIN", prepare=False)
+            raw.execute(CLAIM_PLAN)
+            cursor.execute(sql, params)
+            raw.execute("COMMIT", prepare=False)
+        return cursor.fetchall()
+    except BaseException:
+        if raw.info.transaction_status != psycopg.pq.TransactionStatus.IDLE and not raw.closed:
+            with connection.wrap_database_errors:
+                raw.execute("ROLLBACK", prepare=False)
+        raise
+
+
 def _binds_on_the_client(cursor):
     try:
         import psycopg
@@ -125,40 +210,61 @@ def _binds_on_the_client(cursor):
     return isinstance(cursor.cursor, psycopg.ClientCursor)
 
 
-def claim_parameters(daemon, limit, type_ids):
+def claim_parameters(daemon, limit, type_ids, start=False):
     return {"types": list(type_ids), "limit": limit, "daemon": daemon.pk,
-            "label": daemon_label(daemon)}
+            "label": daemon_label(daemon), "start": start}
 
 
-def claim(daemon, limit, type_ids):
+def claim(daemon, limit, type_ids, start=False):
     """Lease and schedule up to ``limit`` runnable tasks of the types ``type_ids``; return
     ``(instances, strays)``, or None when one of those types has a concurrency limit
     (claim with the ORM form then).
 
-    Raise ``DaemonStopped`` when ``daemon`` was declared stopped.
+    With ``start`` the tasks are started too (RUNNING, after their SCHEDULED history
+    entry), and come with their inputs. Raise ``DaemonStopped`` when ``daemon`` was
+    declared stopped.
     """
+    _, claimed = _claim(CLAIM, claim_parameters(daemon, limit, type_ids, start), daemon, start)
+    return claimed
+
+
+def settle_and_claim(daemon, outcomes, limit, type_ids):
+    """``settle`` then ``claim`` (with ``start``) in one statement, one commit; return
+    ``(keys of the tasks settled, what claim returns)``.
+
+    The settle is written even when the claim takes nothing (a limited type met) or
+    raises ``DaemonStopped``.
+    """
+    params = {**settle_parameters(daemon, outcomes),
+              **claim_parameters(daemon, limit, type_ids, start=True)}
+    return _claim(SETTLE_AND_CLAIM, params, daemon, True)
+
+
+def _claim(sql, params, daemon, start):
     connection = connections[database()]
-    with connection.cursor() as cursor:
+    with statement_cursor(connection) as cursor:
         if connection.in_atomic_block or _binds_on_the_client(cursor):
-            execute_claim(cursor, CLAIM, claim_parameters(daemon, limit, type_ids))
+            execute_claim(cursor, sql, params)
             rows = cursor.fetchall()
         else:  # CLAIM_PLAN and the claim must share a transaction
-            with transaction.atomic(using=connection.alias):
-                execute_claim(cursor, CLAIM, claim_parameters(daemon, limit, type_ids))
-                rows = cursor.fetchall()
-    alive, limited, strays = rows[0][:3]
+            rows = _in_one_round_trip(connection, cursor, sql, params)
+    alive, limited, strays, settled = rows[0][:4]
+    settled = set(settled or ())
     if not alive:
         raise DaemonStopped(f"daemon {daemon} was declared stopped; it claims nothing")
     if limited:
-        return None
+        return settled, None
     instances = []
     for row in rows:
-        if row[3] is None:
+        if row[4] is None:
             continue
-        instance = build(Instance, row[3:3 + INSTANCE_WIDTH])
-        instance.type = build(Type, row[3 + INSTANCE_WIDTH:])
+        row = row[4:]
+        instance = build(Instance, row[:INSTANCE_WIDTH])
+        instance.type = build(Type, row[INSTANCE_WIDTH:INSTANCE_WIDTH + TYPE_WIDTH])
+        if start:
+            instance.inputs = build(Inputs, row[INSTANCE_WIDTH + TYPE_WIDTH:])
         instances.append(instance)
-    return instances, strays or []
+    return settled, (instances, strays or [])
 
 
 START = f"""
@@ -183,7 +289,7 @@ def start(pk, attempt, daemon):
     Raise ``InvalidTransition`` (or ``AttemptSuperseded``) when it is not SCHEDULED on
     that attempt; nothing is written then.
     """
-    with connections[database()].cursor() as cursor:
+    with statement_cursor(connections[database()]) as cursor:
         cursor.execute(START, {"pk": pk, "attempt": attempt, "label": daemon_label(daemon)})
         row = cursor.fetchone()
     if row is None:
@@ -234,7 +340,7 @@ def finish(pk, attempt, message, daemon, response, content_type):
     stored = (None, "", "") if response is None else encode_response(
         response, content_type, max_bytes=response_limit(pk))
     data, content_type, charset = stored
-    with connections[database()].cursor() as cursor:
+    with statement_cursor(connections[database()]) as cursor:
         cursor.execute(FINISH, {
             "pk": pk, "attempt": attempt, "message": message, "label": daemon_label(daemon),
             "has_response": response is not None, "data": data, "content_type": content_type,
@@ -244,6 +350,71 @@ def finish(pk, attempt, message, daemon, response, content_type):
     if row is None:
         raise refusal(pk, Status.FINISHED, attempt=attempt)
     return row[0]
+
+
+# The ends of many attempts, one row each in ``batch``. Each is the one of ``FINISH``
+# (or its FAILED twin): the queue rows locked first, in key order, and only an
+# attempt that still holds its lease and may move to its state is written; the
+# others are left as they are, and missing from what the statement returns.
+SETTLE_STEPS = f"""
+batch AS (
+    SELECT * FROM unnest(%(pks)s::bigint[], %(attempts)s::bigint[], %(states)s::text[],
+        %(messages)s::text[], %(data)s::bytea[], %(content_types)s::text[], %(charsets)s::text[])
+    AS b(pk, attempt, status, message, data, content_type, charset)
+), held AS (
+    SELECT instance_id FROM {TASK}
+    WHERE instance_id = ANY(%(pks)s::bigint[]) AND daemon_id IS NOT NULL
+    ORDER BY instance_id FOR UPDATE
+), ended AS (
+    UPDATE {INSTANCE} i
+    SET status = b.status, finished = STATEMENT_TIMESTAMP(), updated = STATEMENT_TIMESTAMP()
+    FROM held, batch b
+    WHERE i.id = held.instance_id AND b.pk = i.id AND i.attempt = b.attempt AND (
+        (b.status = '{Status.FINISHED}' AND {one_of("i.status", sources_of(Status.FINISHED))})
+        OR (b.status = '{Status.FAILED}' AND {one_of("i.status", sources_of(Status.FAILED))}))
+    RETURNING i.id, i.attempt, i.status
+), dequeued AS (
+    DELETE FROM {TASK} WHERE instance_id IN (SELECT id FROM ended)
+), ended_logged AS (
+    {LOG_COLUMNS}
+    SELECT e.id, STATEMENT_TIMESTAMP(), e.status, e.attempt, b.message, %(label)s, ''
+    FROM ended e JOIN batch b ON b.pk = e.id ORDER BY e.id
+), stored AS (
+    INSERT INTO {RESPONSE} (instance_id, data, content_type, charset, size, stored)
+    SELECT e.id, b.data, b.content_type, b.charset, length(b.data), STATEMENT_TIMESTAMP()
+    FROM ended e JOIN batch b ON b.pk = e.id WHERE b.data IS NOT NULL
+    ON CONFLICT (instance_id) DO UPDATE SET data = EXCLUDED.data,
+        content_type = EXCLUDED.content_type, charset = EXCLUDED.charset,
+        size = EXCLUDED.size, stored = EXCLUDED.stored
+)
+"""
+SETTLE = f"WITH {SETTLE_STEPS}\nSELECT id FROM ended"
+SETTLE_AND_CLAIM = (f"WITH {SETTLE_STEPS},\n{CLAIM_STEPS}\n"
+                    f"{_claim_result('(SELECT array_agg(id) FROM ended)')}")
+
+
+def settle(daemon, outcomes):
+    """Write the ends (FINISHED or FAILED ``Outcome``) of many attempts in one statement;
+    return the keys of the tasks written. An outcome whose attempt was superseded, or
+    whose task is not in a state to end so, writes nothing."""
+    with statement_cursor(connections[database()]) as cursor:
+        cursor.execute(SETTLE, settle_parameters(daemon, outcomes))
+        return {row[0] for row in cursor.fetchall()}
+
+
+def settle_parameters(daemon, outcomes):
+    outcomes = list(outcomes)
+    responses = [outcome.response or (None, "", "") for outcome in outcomes]
+    return {
+        "pks": [outcome.pk for outcome in outcomes],
+        "attempts": [outcome.attempt for outcome in outcomes],
+        "states": [str(outcome.status) for outcome in outcomes],
+        "messages": [outcome.message for outcome in outcomes],
+        "data": [data for data, _, _ in responses],
+        "content_types": [content_type for _, content_type, _ in responses],
+        "charsets": [charset for _, _, charset in responses],
+        "label": daemon_label(daemon),
+    }
 
 
 def _insert(model, obj, connection, expressions):

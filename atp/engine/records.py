@@ -62,8 +62,11 @@ def store_response(pk, data, content_type=None):
 
     Raise ``InvalidResponse`` (or ``ResponseTooLarge``) before writing anything.
     """
-    payload, content_type, charset = encode_response(
-        data, content_type, max_bytes=response_limit(pk))
+    return store_encoded(pk, *encode_response(data, content_type, max_bytes=response_limit(pk)))
+
+
+def store_encoded(pk, payload, content_type, charset):
+    """Write an encoded response (``encode_response``'s) of task ``pk``; return it."""
     response, _ = Response.objects.update_or_create(
         instance_id=pk,
         defaults={"data": payload, "content_type": content_type, "charset": charset,

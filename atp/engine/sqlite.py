@@ -63,10 +63,13 @@ ALIVE = f"SELECT 1 FROM {DAEMON} WHERE id = %s AND stopped IS NULL"
 TYPES = f"SELECT {columns(Type, TYPE)} FROM {TYPE} WHERE is_paused = 0 AND "
 
 
-def _schedule_statement(count):
+def _schedule_statement(count, start):
+    """Schedule (with ``start``, start) ``count`` tasks; parameters: the daemon, the
+    moment (with ``start`` twice), the keys."""
+    status, started = (Status.RUNNING, "%s") if start else (Status.SCHEDULED, "started")
     return (
-        f"UPDATE {INSTANCE} SET status = '{Status.SCHEDULED}', attempt = attempt + 1, "
-        f"daemon_id = %s, updated = %s WHERE {_in('id', range(count))} "
+        f"UPDATE {INSTANCE} SET status = '{status}', attempt = attempt + 1, "
+        f"daemon_id = %s, updated = %s, started = {started} WHERE {_in('id', range(count))} "
         f"AND {one_of('status', CLAIMABLE)} RETURNING {columns(Instance, INSTANCE)}"
     )
 
@@ -84,10 +87,11 @@ LEASE = f"UPDATE {TASK} SET daemon_id = %s, claimed = %s, deadline = %s WHERE in
 LOG_ROW = f"{LOG_COLUMNS} VALUES (%s, %s, %s, %s, %s, %s, '')"
 
 
-def claim(daemon, limit, type_ids):
+def claim(daemon, limit, type_ids, start=False):
     """Lease and schedule up to ``limit`` runnable tasks of the types ``type_ids``; return
     ``(instances, strays)``, or None when one of those types has a concurrency limit
-    (claim with the ORM form then).
+    (claim with the ORM form then). With ``start`` the tasks are started too (RUNNING,
+    after their SCHEDULED history entry), and come with their inputs.
 
     Run it in an immediate transaction. Raise ``DaemonStopped``.
     """
@@ -111,7 +115,8 @@ def claim(daemon, limit, type_ids):
         keys = [row[0] for row in cursor.fetchall()]
         if not keys:
             return [], []
-        cursor.execute(_schedule_statement(len(keys)), [daemon.pk, now, *keys])
+        moments = [now, now] if start else [now]
+        cursor.execute(_schedule_statement(len(keys), start), [daemon.pk, *moments, *keys])
         instances = {row[0]: build(Instance, row) for row in cursor.fetchall()}
         claimed = []
         for pk in keys:  # in claim order
@@ -123,10 +128,22 @@ def claim(daemon, limit, type_ids):
             (daemon.pk, now, _stamp(moment + instance.type.timeout), instance.pk)
             for instance in claimed])
         label = daemon_label(daemon)
+        steps = (Status.SCHEDULED, Status.RUNNING) if start else (Status.SCHEDULED,)
         cursor.executemany(LOG_ROW, [
-            (instance.pk, now, Status.SCHEDULED, instance.attempt, "", label)
-            for instance in claimed])
+            (instance.pk, now, step, instance.attempt, "", label)
+            for instance in claimed for step in steps])
+        if start and claimed:
+            pks = [instance.pk for instance in claimed]
+            cursor.execute(f"SELECT {columns(Inputs, INPUTS)} FROM {INPUTS} "
+                           f"WHERE {_in('instance_id', pks)}", pks)
+            inputs = {row.instance_id: row for row in map(_inputs, cursor.fetchall())}
+            for instance in claimed:
+                instance.inputs = inputs[instance.pk]
     return claimed, [pk for pk in keys if pk not in instances]
+
+
+def _inputs(row):
+    return build(Inputs, row)
 
 
 START = (
@@ -193,3 +210,46 @@ def finish(pk, attempt, message, daemon, response, content_type):
         if response is not None:
             cursor.execute(STORE, [pk, data, content_type, charset, len(data), now])
     return attempt
+
+
+# An end is written only while its attempt holds its lease and may move to its state;
+# the queue row goes once the task's row matched (no savepoint to roll back to).
+END = (
+    f"UPDATE {INSTANCE} SET status = %s, finished = %s, updated = %s "
+    "WHERE id = %s AND attempt = %s AND status IN ({sources}) "
+    f"AND EXISTS (SELECT 1 FROM {TASK} WHERE instance_id = %s AND daemon_id IS NOT NULL)"
+)
+ENDS = {
+    target: END.format(sources=", ".join(repr(str(state)) for state in sorted(sources_of(target))))
+    for target in (Status.FINISHED, Status.FAILED)
+}
+
+
+def settle(daemon, outcomes):
+    """Write the ends (FINISHED or FAILED ``Outcome``) of many attempts; return the keys
+    of the tasks written. Run it in an immediate transaction. An outcome whose attempt
+    was superseded, or whose task is not in a state to end so, writes nothing."""
+    now = _stamp(timezone.now())
+    label = daemon_label(daemon)
+    written = set()
+    with connections[database()].cursor() as cursor:
+        for outcome in outcomes:
+            pk = outcome.pk
+            cursor.execute(ENDS[outcome.status],
+                           [outcome.status, now, now, pk, outcome.attempt, pk])
+            if cursor.rowcount != 1:
+                continue
+            cursor.execute(DEQUEUE, [pk])
+            cursor.execute(LOG_ROW, [pk, now, outcome.status, outcome.attempt, outcome.message,
+                                     label])
+            if outcome.response is not None:
+                data, content_type, charset = outcome.response
+                cursor.execute(STORE, [pk, data, content_type, charset, len(data), now])
+            written.add(pk)
+    return written
+
+
+def settle_and_claim(daemon, outcomes, limit, type_ids):
+    """``settle`` then ``claim`` (with ``start``); return ``(keys of the tasks settled, what
+    claim returns)``. Run it in an immediate transaction: one commit for both."""
+    return settle(daemon, outcomes), claim(daemon, limit, type_ids, start=True)

@@ -1,0 +1,224 @@
+"""The daemon's batched verbs: a claim that starts what it takes, and ``settle``, which
+writes the ends of many attempts together, each guarded and fenced on its own."""
+
+import pytest
+from django.test import override_settings
+
+import atp
+from atp import engine
+from atp.engine.lifecycle import settle
+from atp.engine.outcomes import Outcome
+from atp.exceptions import ResponseTooLarge
+from atp.models import Instance, LogRecord, Response, Task
+from atp.states import Status
+from tests.factories import claim_exactly, snapshot
+
+pytestmark = pytest.mark.django_db
+
+
+def history(instance):
+    return list(LogRecord.objects.filter(instance_id=instance.pk).order_by("id")
+                .values_list("status", "attempt", "message", "daemon"))
+
+
+def running(instance, daemon):
+    claimed = claim_exactly(instance, daemon)
+    engine.start(claimed, attempt=claimed.attempt, daemon=daemon)
+    return claimed
+
+
+@pytest.mark.parametrize("limited", [False, True], ids=["plain", "concurrency-limited"])
+def test_a_claim_that_starts_returns_running_tasks_with_their_inputs(db, daemon, limited):
+    atp.register_task_type("tests.echo", "tests.handlers.echo",
+                           max_concurrency=5 if limited else None)
+    first = atp.enqueue("tests.echo", {"n": 1}, priority=1)
+    second = atp.enqueue("tests.echo", {"n": 2})
+    type_ids = [first.type_id]
+    claimed = engine.claim_for_daemon(daemon, 3, type_ids, start=True)
+    assert [task.pk for task in claimed] == [first.pk, second.pk]
+    assert [task.inputs.load() for task in claimed] == [{"n": 1}, {"n": 2}]
+    for task in claimed:
+        stored = Instance.objects.get(pk=task.pk)
+        assert (stored.status, stored.attempt, stored.daemon_id) == (Status.RUNNING, 1, daemon.pk)
+        assert stored.started is not None and task.status == Status.RUNNING
+        assert Task.objects.get(pk=task.pk).daemon_id == daemon.pk
+        assert [step[:2] for step in history(task)] == [
+            (Status.ACCEPTED, 0), (Status.SCHEDULED, 1), (Status.RUNNING, 1)]
+
+
+def test_a_claim_that_does_not_start_leaves_the_tasks_scheduled(noop_type, daemon):
+    queued = atp.enqueue("tests.noop")
+    [claimed] = engine.claim_for_daemon(daemon, 1, [noop_type.pk])
+    stored = Instance.objects.get(pk=queued.pk)
+    assert (stored.status, stored.started) == (Status.SCHEDULED, None)
+    assert claimed.status == Status.SCHEDULED
+
+
+def test_settle_writes_each_end_with_its_history_and_its_response(noop_type, daemon):
+    done, broken = atp.enqueue("tests.noop"), atp.enqueue("tests.noop")
+    for task in (done, broken):
+        running(task, daemon)
+    written = settle(daemon, [
+        Outcome.finished(done.pk, 1, "all good"),
+        Outcome.failed(broken.pk, 1, "Traceback: ValueError"),
+    ])
+    assert written == {done.pk, broken.pk}
+    assert Instance.objects.get(pk=done.pk).status == Status.FINISHED
+    failed = Instance.objects.get(pk=broken.pk)
+    assert failed.status == Status.FAILED and failed.finished is not None
+    assert not Task.objects.filter(pk__in=[done.pk, broken.pk]).exists()
+    assert history(done)[-1] == (Status.FINISHED, 1, "", str(daemon))
+    assert history(broken)[-1] == (Status.FAILED, 1, "Traceback: ValueError", str(daemon))
+    response = Response.objects.get(instance_id=done.pk)
+    assert (response.text, response.content_type, response.charset, response.size) == (
+        "all good", "text/plain", "utf-8", 8)
+    assert not Response.objects.filter(instance_id=broken.pk).exists()
+
+
+def test_settle_writes_nothing_for_an_attempt_that_went_on_and_the_rest_all_the_same(
+        noop_type, daemon):
+    superseded, cancelled, requeued, good = (atp.enqueue("tests.noop") for _ in range(4))
+    for task in (superseded, cancelled, requeued, good):
+        running(task, daemon)
+    engine.restart(superseded, "daemon lost", attempt=1)
+    claim_exactly(superseded, engine.register_daemon())  # attempt 2, elsewhere
+    atp.cancel(cancelled)  # the lease stays until the worker is stopped
+    atp.reenqueue(requeued)
+    refused = (superseded, cancelled, requeued)
+    before = [snapshot(task) for task in refused]
+    written = settle(daemon, [
+        *(Outcome.finished(task.pk, 1, "late") for task in refused),
+        Outcome.failed(good.pk, 1, "its own failure"),
+    ])
+    assert written == {good.pk}
+    assert [snapshot(task) for task in refused] == before
+    assert not Response.objects.filter(instance_id__in=[task.pk for task in refused]).exists()
+    assert Instance.objects.get(pk=good.pk).status == Status.FAILED
+
+
+def test_settle_refuses_a_finish_of_a_task_that_has_not_started(noop_type, daemon):
+    scheduled = claim_exactly(atp.enqueue("tests.noop"), daemon)
+    before = snapshot(scheduled)
+    assert settle(daemon, [Outcome.finished(scheduled.pk, 1, None)]) == set()
+    assert snapshot(scheduled) == before
+    # A failure may end it before it starts (its inputs could not be read, say).
+    assert settle(daemon, [Outcome.failed(scheduled.pk, 1, "no inputs")]) == {scheduled.pk}
+
+
+def test_settle_of_nothing_writes_nothing(noop_type, daemon, django_assert_num_queries):
+    with django_assert_num_queries(0):
+        assert settle(daemon, []) == set()
+
+
+@override_settings(ATP_MAX_RESPONSE_BYTES=10)
+def test_an_outcome_checks_its_response_where_it_is_made():
+    with pytest.raises(ResponseTooLarge, match="11 bytes, more than the 10 bytes"):
+        Outcome.finished(1, 1, b"x" * 11)
+    assert Outcome.finished(1, 1, b"x" * 20, max_bytes=20).response[0] == b"x" * 20
+    with pytest.raises(ValueError, match="an attempt ends"):
+        Outcome(1, 1, Status.RUNNING)
+
+
+@pytest.mark.parametrize("limited", [False, True], ids=["plain", "concurrency-limited"])
+def test_settle_and_claim_writes_the_ends_and_starts_the_next_tasks(db, daemon, limited):
+    atp.register_task_type("tests.echo", "tests.handlers.echo",
+                           max_concurrency=2 if limited else None)
+    done = atp.enqueue("tests.echo", priority=5)
+    waiting = [atp.enqueue("tests.echo", {"n": n}) for n in range(3)]
+    running(done, daemon)
+    settled, claimed = engine.settle_and_claim(
+        daemon, [Outcome.finished(done.pk, 1, {"ok": True})], 5, [done.type_id])
+    assert settled == {done.pk}
+    assert Instance.objects.get(pk=done.pk).status == Status.FINISHED
+    assert atp.get_response(done).json() == {"ok": True}
+    # Its end freed a slot of a limited type: the claim counts it.
+    expected = waiting[:2] if limited else waiting
+    assert [task.pk for task in claimed] == [task.pk for task in expected]
+    assert [task.inputs.load() for task in claimed] == [
+        {"n": n} for n in range(len(expected))]
+    assert {Instance.objects.get(pk=task.pk).status for task in claimed} == {Status.RUNNING}
+
+
+def test_settle_and_claim_is_one_statement_on_postgresql(noop_type, daemon):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from atp.engine.engines import engine as chosen
+
+    if chosen() is None or chosen().__name__ != "atp.engine.postgresql":
+        pytest.skip("the PostgreSQL engine's")
+    done = atp.enqueue("tests.noop")
+    atp.enqueue("tests.noop")
+    running(done, daemon)
+    with CaptureQueriesContext(connection) as queries:
+        settled, claimed = engine.settle_and_claim(
+            daemon, [Outcome.finished(done.pk, 1, None)], 1, [noop_type.pk])
+    assert settled == {done.pk} and len(claimed) == 1
+    statements = [query["sql"] for query in queries
+                  if "SAVEPOINT" not in (query["sql"] or "")]  # of the test's transaction
+    # The planner settings of the claim's transaction, then the statement itself.
+    assert len(statements) == 2, statements
+
+
+def test_settle_and_claim_for_a_stopped_daemon_claims_nothing(noop_type, daemon):
+    from atp.exceptions import DaemonStopped
+
+    done = atp.enqueue("tests.noop")
+    atp.enqueue("tests.noop")
+    running(done, daemon)
+    engine.reap_daemon(daemon, "declared dead")
+    with pytest.raises(DaemonStopped):
+        engine.settle_and_claim(daemon, [Outcome.finished(done.pk, 1, None)], 1, [noop_type.pk])
+    assert not Task.objects.filter(daemon__isnull=False).exists()
+
+
+@pytest.mark.parametrize("prepared", [True, False], ids=["prepared", "not-prepared"])
+def test_the_daemons_statements_run_prepared_or_not(noop_type, daemon, settings, prepared):
+    """ATP_PREPARED_STATEMENTS off (behind a pooler that cannot keep them): the same
+    verbs, each planned at every run; on PostgreSQL the server then holds none of them."""
+    from django.db import connection
+
+    from atp.engine import postgresql
+    from atp.engine.engines import engine as chosen
+
+    def held():
+        if chosen() is not postgresql:
+            return 0
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE "
+                           "'%%unnest%%'")
+            return cursor.fetchone()[0]
+
+    settings.ATP_PREPARED_STATEMENTS = prepared
+    done = atp.enqueue("tests.noop")
+    atp.enqueue("tests.noop")
+    running(done, daemon)
+    before = held()
+    settled, claimed = engine.settle_and_claim(
+        daemon, [Outcome.finished(done.pk, 1, None)], 1, [noop_type.pk])
+    assert settled == {done.pk} and len(claimed) == 1
+    if chosen() is postgresql:
+        assert held() > 0 if prepared else held() == before
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_round_the_database_refuses_writes_nothing_and_leaves_the_connection_usable(
+        noop_type, daemon):
+    """In autocommit mode (the daemon's) the round is its own transaction, sent in one
+    round trip on PostgreSQL: refused, it is rolled back as a whole."""
+    from django.db import DatabaseError, connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("SQLite stores a NUL in text: nothing to refuse")
+    done = atp.enqueue("tests.noop")
+    waiting = atp.enqueue("tests.noop")
+    running(done, daemon)
+    before = [snapshot(done), snapshot(waiting)]
+    with pytest.raises((DatabaseError, ValueError)):  # PostgreSQL stores no NUL in text
+        engine.settle_and_claim(daemon, [Outcome.failed(done.pk, 1, "a\x00b")], 1,
+                                [noop_type.pk])
+    assert not connection.in_atomic_block
+    assert [snapshot(done), snapshot(waiting)] == before
+    settled, claimed = engine.settle_and_claim(
+        daemon, [Outcome.failed(done.pk, 1, "a-b")], 1, [noop_type.pk])
+    assert settled == {done.pk} and [task.pk for task in claimed] == [waiting.pk]

@@ -145,34 +145,3 @@ class Outage:
         logger.warning("database available again after %.1f s", time.monotonic() - self.since)
         self.since = None
         return True
-
-
-class PendingWrites:
-    """Writes waiting for the database, done in order and kept through an outage."""
-
-    def __init__(self):
-        self._writes = []
-
-    def __len__(self):
-        return len(self._writes)
-
-    def add(self, description, write):
-        self._writes.append((description, write))
-
-    def flush(self):
-        """Do the waiting writes; raise a connection error, keeping the rest for later.
-
-        A write refused because its task moved on is skipped; one failing otherwise is
-        logged and given up, so that one bad write cannot block the others forever.
-        """
-        while self._writes:
-            description, write = self._writes[0]
-            try:
-                write()
-            except CONNECTION_ERRORS:
-                raise
-            except TASK_MOVED_ON as exc:
-                logger.info("%s skipped: %s", description, exc)
-            except Exception:
-                logger.exception("%s failed and is given up", description)
-            self._writes.pop(0)

@@ -10,72 +10,18 @@ join: signals go to the whole group, so stopping a task stops what it started, a
 worker's death takes any survivors of its group with it.
 """
 
-import enum
 import logging
 import os
 import signal
 import time
-from dataclasses import dataclass, field
 
 import psutil
 
-from atp import engine
 from atp.daemon.worker import EXIT_REASONS, worker_main
 
 logger = logging.getLogger(__name__)
 
 STOP_JOIN_SECONDS = 5.0
-
-
-class Ending(enum.Enum):
-    """Why the supervisor stops a worker's task, which decides what it writes afterwards."""
-
-    TIME_OUT = "time-out"  # restart the task, spending a restart
-    LEASE_LOST = "lease lost"  # restart the task, spending a restart
-    SHUTDOWN = "shutdown"  # hand the task back, no restart spent
-    TAKEN = "taken"  # an operator took the task: let go of it
-    SUPERSEDED = "superseded"  # another attempt owns the task: nothing to write
-    GONE = "gone"  # the task was deleted: nothing to write
-    ENDED = "ended"  # the task ended without its worker saying so: nothing to write
-
-
-@dataclass
-class Assignment:
-    """A task a worker was given, by which daemon, and once stopped, why."""
-
-    pk: int
-    attempt: int
-    type: str
-    handler: str
-    timeout_seconds: float
-    daemon: object
-    ending: Ending = None
-    reason: str = ""
-    kill_at: float = None
-    is_killed: bool = False
-    ended_seen_at: float = None
-    since: float = field(default_factory=time.monotonic)
-
-
-def write_after(assignment, cause):
-    """Return ``(description, write)`` to apply once the worker of ``assignment`` is dead.
-
-    Return None when there is nothing to write: the task went on elsewhere. ``cause``
-    says how the worker ended, for a worker that died on its own.
-    """
-    pk, attempt, daemon = assignment.pk, assignment.attempt, assignment.daemon
-    ending, reason = assignment.ending, assignment.reason
-    if ending in (Ending.SUPERSEDED, Ending.GONE, Ending.ENDED):
-        return None
-    if ending == Ending.SHUTDOWN:
-        return f"hand back task id={pk}", lambda: engine.hand_back(
-            pk, reason, attempt=attempt, daemon=daemon)
-    if ending == Ending.TAKEN:
-        return f"let go of task id={pk}", lambda: engine.release(pk, daemon=daemon)
-    if ending is None:
-        reason = f"worker died: {cause}"
-    return f"restart task id={pk}", lambda: engine.restart(
-        pk, reason, attempt=attempt, daemon=daemon)
 
 
 def exit_cause(exitcode):

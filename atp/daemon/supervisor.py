@@ -16,7 +16,7 @@ from multiprocessing.connection import wait
 
 from atp import engine
 from atp.conf import conf
-from atp.daemon import control, maintenance, recording
+from atp.daemon import maintenance, recording, stopping
 from atp.daemon.catalog import Catalog
 from atp.daemon.events import Every, SignalInbox
 from atp.daemon.lease import Lease, clock
@@ -25,11 +25,11 @@ from atp.daemon.outage import (
     SUPERVISOR_WAIT_SECONDS,
     Backoff,
     Outage,
-    PendingWrites,
     close_connections,
     harden_connections,
 )
-from atp.daemon.pool import Assignment, Ending, WorkerPool, exit_cause, write_after
+from atp.daemon.pool import WorkerPool, exit_cause
+from atp.daemon.stopping import Assignment, Ending, PendingWrites, Stopper, write_after
 from atp.daemon.wakeup import Listener
 from atp.db import retry_budget
 from atp.engine.base import database
@@ -60,6 +60,7 @@ class Supervisor:
         self.daemon = None
         self.catalog = Catalog(config.types)
         self.pending = PendingWrites()
+        self.stopper = Stopper()
         self.outcomes = []  # what workers reported, not written yet
         self.stop_requests = 0
         self.drain_deadline = None
@@ -172,41 +173,13 @@ class Supervisor:
         logger.warning("atpd %s stopping at once (%s)", self.daemon, why)
         self._begin_drain(why)
         for worker in self.pool.busy():
-            self._end(worker, Ending.SHUTDOWN, "daemon stopped at once", kill=True)
-
-    def _end(self, worker, ending, reason, *, kill=False):
-        """Stop the task a worker runs: SIGTERM, then SIGKILL after the grace (at once if ``kill``)."""
-        assignment = worker.assignment
-        if assignment.ending is None:
-            assignment.ending, assignment.reason = ending, reason
-            logger.info("task id=%s attempt=%s stopped: %s", assignment.pk, assignment.attempt, reason)
-        if assignment.is_killed:
-            return
-        if kill:
-            self._kill(worker)
-        elif assignment.kill_at is None:
-            worker.signal_group(signal.SIGTERM)
-            assignment.kill_at = time.monotonic() + conf.WORKER_KILL_GRACE_SECONDS
-
-    @staticmethod
-    def _kill(worker):
-        worker.signal_group(signal.SIGKILL)
-        worker.assignment.is_killed = True
-        worker.assignment.kill_at = None
+            self.stopper.end(worker, Ending.SHUTDOWN, "daemon stopped at once", kill=True)
 
     def _enforce_deadlines(self):
-        now = time.monotonic()
-        for worker in self.pool.busy():
-            kill_at = worker.assignment.kill_at
-            if kill_at is not None and now >= kill_at:
-                self._kill(worker)
-        if self.drain_deadline is not None and now >= self.drain_deadline:
-            for worker in self.pool.busy():
-                self._end(worker, Ending.SHUTDOWN, "daemon stopping: shutdown timeout reached")
-        if self.lease.is_expired() and self.pool.busy():
-            for worker in self.pool.busy():
-                self._end(worker, Ending.LEASE_LOST, "daemon lost its lease: no heartbeat got "
-                          "through in time", kill=True)
+        decisions = stopping.due(self.pool.busy(), time.monotonic(),
+                                 drain_deadline=self.drain_deadline,
+                                 lease_expired=self.lease.is_expired())
+        self.stopper.apply(decisions, self.daemon)
 
     # -- workers -------------------------------------------------------------------
 
@@ -297,7 +270,9 @@ class Supervisor:
         if self.lease.is_expired():
             return
         if self.controls.is_due(now):
-            control.apply(control.decide(self.pool, self.daemon, now), self.daemon, self._end)
+            busy = self.pool.busy()
+            observed = stopping.observe(busy, self.daemon)
+            self.stopper.apply(stopping.decide(observed, busy), self.daemon)
             self.controls.done(now)
         if self.maintenance.is_due(now):
             self._reload_catalog()
@@ -336,7 +311,7 @@ class Supervisor:
         # Each task is restarted once its worker is dead (refused if the reaper already
         # did it): never while a copy may still run here.
         for worker in self.pool.busy():
-            self._end(worker, Ending.LEASE_LOST, f"daemon {self.daemon} was declared dead",
+            self.stopper.end(worker, Ending.LEASE_LOST, f"daemon {self.daemon} was declared dead",
                       kill=True)
         self._register()
 
@@ -426,7 +401,7 @@ class Supervisor:
         if self.drain_deadline is None:
             self.drain_deadline = time.monotonic()
         for worker in self.pool.busy():
-            self._end(worker, Ending.SHUTDOWN, "daemon stopped", kill=True)
+            self.stopper.end(worker, Ending.SHUTDOWN, "daemon stopped", kill=True)
         self.pool.stop_all()
         self._collect_workers()
         try:

@@ -165,40 +165,19 @@ def test_a_running_task_cancelled_and_deleted_does_not_stop_the_daemon(start_dae
     assert daemon.wait(30) == 0
 
 
-class FakeWorker:
-    """What ``control.decide`` reads of a worker: its assignment and whether it is stopped."""
-
-    def __init__(self, assignment):
-        self.assignment = assignment
-        self.is_suspended = False
-
-    def is_stopped(self):
-        return False
-
-
-class FakePool:
-    def __init__(self, *workers):
-        self.workers = list(workers)
-
-    def busy(self):
-        return self.workers
-
-
 def test_a_task_stuck_before_its_handler_starts_times_out_from_its_claim():
     """A worker stuck in SCHEDULED (an import that hangs, a lock) is stopped at the time-out."""
     from atp import engine
-    from atp.daemon import control
-    from atp.daemon.pool import Assignment, Ending
+    from atp.daemon import stopping
+    from tests.daemon.test_stopping import FakeWorker, assignment
 
     atp.register_task_type("tests.quick", "tests.handlers.noop", timeout=0.2)
     daemon = engine.register_daemon()
     queued = atp.enqueue("tests.quick")
     [claimed] = atp.dequeue(daemon)
-    worker = FakeWorker(Assignment(claimed.pk, claimed.attempt, "tests.quick",
-                                   "tests.handlers.noop", 0.2, daemon))
-    pool = FakePool(worker)
-    assert control.decide(pool, daemon, time.monotonic()) == []
+    workers = [FakeWorker(assignment(claimed.pk, claimed.attempt, timeout=0.2))]
+    assert stopping.decide(stopping.observe(workers, daemon), workers) == []
     time.sleep(0.3)
-    [decision] = control.decide(pool, daemon, time.monotonic())
-    assert (decision.action, decision.ending) == (control.Action.STOP, Ending.TIME_OUT)
+    [decision] = stopping.decide(stopping.observe(workers, daemon), workers)
+    assert (decision.action, decision.ending) == (stopping.Action.STOP, stopping.Ending.TIME_OUT)
     assert status_of(queued) == Status.SCHEDULED

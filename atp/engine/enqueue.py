@@ -14,8 +14,7 @@ from django.conf import settings
 from django.db import IntegrityError
 from django.utils import timezone
 
-from atp.db import database_now, run_once
-from atp.engine import postgresql
+from atp.db import database_now, run_in_transaction
 from atp.engine.base import database, queue_write
 from atp.engine.engines import engine
 from atp.engine.notify import notify_runnable
@@ -62,7 +61,8 @@ def enqueue_many(type_identifier, inputs_list, *, priority=0, eta=None, countdow
 
 def _enqueue(type_identifier, entries, priority, schedule):
     """Write ``entries`` (``(identifier, inputs)``) as tasks; return their ``Instance`` objects."""
-    if engine() is not postgresql:
+    fast = engine()
+    if fast is None:
         task_type = get_type(type_identifier)
         encoded = [(identifier, _dump(inputs, task_type)) for identifier, inputs in entries]
         return _insert(task_type, encoded, priority, schedule)
@@ -78,21 +78,21 @@ def _enqueue(type_identifier, entries, priority, schedule):
             if fresh:
                 raise
             continue  # its limit may have grown since it was read
-        instances = _write(task_type, encoded, priority, schedule)
+        instances = _write(fast, task_type, encoded, priority, schedule)
         if instances is not None:
             return instances
         _types.pop(key, None)
     raise TaskTypeNotFound(f"task type {key!r} keeps changing; try again")
 
 
-#: The types enqueues wrote to on PostgreSQL, by identifier. A stale entry costs one
-#: more round trip: the statement checks that the type still is as read.
+#: The types enqueues wrote to with an engine, by identifier. A stale entry costs one
+#: more round trip: the engine checks in its transaction that the type still is as read.
 _types = {}
 
 
-def _write(task_type, encoded, priority, schedule):
-    """Write the tasks in one statement on PostgreSQL; return them, or None when
-    ``task_type`` changed since it was read."""
+def _write(fast, task_type, encoded, priority, schedule):
+    """Write the tasks with the engine ``fast`` (one statement on PostgreSQL); return them,
+    or None when ``task_type`` changed since it was read."""
     if isinstance(schedule, datetime.datetime):
         notify = schedule <= timezone.now()
     else:
@@ -102,13 +102,15 @@ def _write(task_type, encoded, priority, schedule):
             [(identifier, data)] = encoded
             instance = Instance(type=task_type, identifier=identifier, priority=priority)
             size = len(data.encode("utf-8"))
-            rows = run_once(lambda: postgresql.enqueue(
-                task_type, instance, data, schedule, size, notify), database())
+            rows = run_in_transaction(lambda: fast.enqueue(
+                task_type, instance, data, schedule, size, notify), database(),
+                single_statement=fast.ONE_STATEMENT)
             rows = None if rows is None else [(rows[0], identifier, rows[1])]
         else:
             identifiers, data = [list(column) for column in zip(*encoded, strict=True)]
-            rows = run_once(lambda: postgresql.enqueue_many(
-                task_type, identifiers, data, priority, schedule, notify), database())
+            rows = run_in_transaction(lambda: fast.enqueue_many(
+                task_type, identifiers, data, priority, schedule, notify), database(),
+                single_statement=fast.ONE_STATEMENT)
     except IntegrityError:
         raise _duplicate(task_type, encoded) from None
     if rows is None:

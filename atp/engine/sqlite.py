@@ -1,4 +1,5 @@
-"""The verbs every task goes through (claim, start, finish), as precompiled SQL on SQLite.
+"""The verbs every task goes through (enqueue, claim, start, settle), as precompiled SQL on
+SQLite.
 
 Written with the ORM, each verb compiles 3 to 6 queries every time it runs, and the
 daemon and its workers spend most of their time compiling. Here each verb is a few
@@ -12,12 +13,15 @@ On SQLite the database clock is this host's clock (the library runs in this proc
 so one reading of it (``timezone.now()``) serves every timestamp a verb writes.
 """
 
+import datetime
 import sqlite3
 
 from django.db import connections
 from django.utils import timezone
 
+from atp.conf import conf
 from atp.engine.base import daemon_label, database
+from atp.engine.notify import notify_runnable
 from atp.engine.records import response_limit
 from atp.engine.sql import (
     CLAIM_INDEX,
@@ -33,7 +37,7 @@ from atp.engine.sql import (
 )
 from atp.engine.transitions import refusal
 from atp.exceptions import DaemonStopped
-from atp.models import Daemon, Inputs, Instance, Type
+from atp.models import Daemon, Inputs, Instance, LogRecord, Task, Type
 from atp.serialization import encode_response
 from atp.states import Status, sources_of
 
@@ -253,3 +257,99 @@ def settle_and_claim(daemon, outcomes, limit, type_ids):
     """``settle`` then ``claim`` (with ``start``); return ``(keys of the tasks settled, what
     claim returns)``. Run it in an immediate transaction: one commit for both."""
     return settle(daemon, outcomes), claim(daemon, limit, type_ids, start=True)
+
+
+def _insert_statement(model, *, returning=""):
+    """Return ``INSERT INTO table (columns) VALUES (?, ...)`` for ``model``'s columns but
+    an automatic key, and those columns' fields."""
+    fields = [field for field in model._meta.concrete_fields if not (
+        field.primary_key and field.get_internal_type() in ("AutoField", "BigAutoField"))]
+    columns = ", ".join(field.column for field in fields)
+    marks = ", ".join(["%s"] * len(fields))
+    suffix = f" RETURNING {returning}" if returning else ""
+    return f"INSERT INTO {model._meta.db_table} ({columns}) VALUES ({marks}){suffix}", fields
+
+
+def _template(fields, obj, connection):
+    """Return ``obj``'s values as the database stores them, in the order of ``fields``."""
+    return [field.get_db_prep_save(getattr(obj, field.attname), connection) for field in fields]
+
+
+TYPE_AS_READ = (f"SELECT 1 FROM {TYPE} WHERE id = %s AND identifier = %s AND input_format = %s "
+                "AND COALESCE(max_input_bytes, %s) >= %s")
+
+
+def enqueue_many(task_type, identifiers, data, priority, not_before, notify):
+    """Write tasks of ``task_type`` (an identifier and encoded inputs each): instance, queue
+    row, inputs and first history entry, with statements built once; return ``(key,
+    identifier, creation time)`` per task, or None when ``task_type`` changed since it
+    was read. Run it in an immediate transaction. Raise ``IntegrityError`` for a live
+    duplicate.
+    """
+    connection = connections[database()]
+    moment = timezone.now()
+    start = not_before if not isinstance(not_before, datetime.timedelta) else moment + not_before
+    size = max((len(item.encode("utf-8")) for item in data), default=0)
+    with connection.cursor() as cursor:
+        cursor.execute(TYPE_AS_READ, [task_type.pk, task_type.identifier, task_type.input_format,
+                                      conf.MAX_INPUT_BYTES, size])
+        if cursor.fetchone() is None:
+            return None
+        keys = _insert_instances(cursor, connection, identifiers, Instance(
+            type=task_type, identifier="", priority=priority, created=moment, updated=moment))
+        for model, values, varying in (
+            (Task, Task(type=task_type, identifier="", priority=priority, enqueued=moment,
+                        not_before=start, instance_id=0), ("instance_id", "identifier")),
+            (Inputs, Inputs(input_format=task_type.input_format, data="", instance_id=0),
+             ("instance_id", "data")),
+            (LogRecord, LogRecord(status=Status.ACCEPTED, message="enqueued", time=moment,
+                                  instance_id=0), ("instance_id",)),
+        ):
+            sql, fields = _insert_statement(model)
+            template = _template(fields, values, connection)
+            names = [field.attname for field in fields]
+            where = [names.index(name) for name in varying]
+            rows = []
+            for key, identifier, payload in zip(keys, identifiers, data, strict=True):
+                row = list(template)
+                own = {"instance_id": key, "identifier": identifier, "data": payload}
+                for index, name in zip(where, varying, strict=True):
+                    row[index] = own[name]
+                rows.append(row)
+            cursor.executemany(sql, rows)
+    if notify:
+        notify_runnable()
+    return [(key, identifier, moment) for key, identifier in zip(keys, identifiers, strict=True)]
+
+
+#: SQLite takes at most 32,766 parameters a statement (3.32 and newer).
+MAX_PARAMETERS = 32766
+
+
+def _insert_instances(cursor, connection, identifiers, template):
+    """Insert one instance per identifier (unique in the batch) like ``template``; return
+    their keys in the order of ``identifiers``. One statement per 1,500-odd tasks."""
+    sql, fields = _insert_statement(Instance, returning="id, identifier")
+    values = _template(fields, template, connection)
+    at = [field.attname for field in fields].index("identifier")
+    marks = sql[sql.index("VALUES ") + len("VALUES "):sql.index(" RETURNING")]
+    per_statement = MAX_PARAMETERS // len(fields)
+    keys = {}
+    for begin in range(0, len(identifiers), per_statement):
+        chunk = identifiers[begin:begin + per_statement]
+        rows = []
+        for identifier in chunk:
+            values[at] = identifier
+            rows += values
+        many = sql.replace(f"VALUES {marks}", "VALUES " + ", ".join([marks] * len(chunk)))
+        cursor.execute(many, rows)
+        keys.update((identifier, key) for key, identifier in cursor.fetchall())
+    return [keys[identifier] for identifier in identifiers]
+
+
+def enqueue(task_type, instance, data, not_before, size, notify):
+    """Write one task (``enqueue_many`` of one); return its key and creation time, or None
+    when ``task_type`` changed since it was read."""
+    rows = enqueue_many(task_type, [instance.identifier], [data], instance.priority, not_before,
+                        notify)
+    return None if rows is None else rows[0][::2]

@@ -210,7 +210,22 @@ def _binds_on_the_client(cursor):
     return isinstance(cursor.cursor, psycopg.ClientCursor)
 
 
+def with_limit(sql, limit):
+    """Return the claim ``sql`` taking ``limit`` rows, written in the statement.
+
+    Prepared with the limit as a parameter, the plan PostgreSQL keeps expects a tenth
+    of the waiting rows to be claimed, and starts the tasks claimed by hashing every
+    ACCEPTED task: 20 ms a claim with 30,000 waiting. A claim takes few rows (about
+    as many as a daemon has workers): one prepared statement per limit is cheap.
+    """
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+        raise ValueError(f"a claim's limit is a non-negative integer, not {limit!r}")
+    return sql.replace("LIMIT %(limit)s", f"LIMIT {limit}")
+
+
 def claim_parameters(daemon, limit, type_ids, start=False):
+    """Return the parameters of ``CLAIM``; ``limit`` is written in the statement itself
+    (``with_limit``), and kept here for a statement that binds it."""
     return {"types": list(type_ids), "limit": limit, "daemon": daemon.pk,
             "label": daemon_label(daemon), "start": start}
 
@@ -224,7 +239,8 @@ def claim(daemon, limit, type_ids, start=False):
     entry), and come with their inputs. Raise ``DaemonStopped`` when ``daemon`` was
     declared stopped.
     """
-    _, claimed = _claim(CLAIM, claim_parameters(daemon, limit, type_ids, start), daemon, start)
+    _, claimed = _claim(with_limit(CLAIM, limit), claim_parameters(daemon, limit, type_ids, start),
+                        daemon, start)
     return claimed
 
 
@@ -237,7 +253,7 @@ def settle_and_claim(daemon, outcomes, limit, type_ids):
     """
     params = {**settle_parameters(daemon, outcomes),
               **claim_parameters(daemon, limit, type_ids, start=True)}
-    return _claim(SETTLE_AND_CLAIM, params, daemon, True)
+    return _claim(with_limit(SETTLE_AND_CLAIM, limit), params, daemon, True)
 
 
 def _claim(sql, params, daemon, start):

@@ -7,6 +7,7 @@ the index. These tests EXPLAIN the statements the daemon really executes.
 """
 
 import json
+import re
 
 import pytest
 from django.db import connection
@@ -140,3 +141,71 @@ def test_the_claim_walks_the_claim_index_on_sqlite(noop_type, statistics):
         plan = " | ".join(str(row[-1]) for row in cursor.fetchall())
     assert "USING INDEX atp_task_claim_idx" in plan, plan
     assert "TEMP B-TREE" not in plan, plan  # no sort
+
+
+def kept_plan(sql, params):
+    """Return the plan PostgreSQL keeps for ``sql`` as the daemon runs it: prepared on the
+    connection, and planned once, generically, under ``CLAIM_PLAN``."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT name, parameter_types::text[] FROM pg_prepared_statements "
+            "WHERE statement = %s", [_numbered(sql)])
+        row = cursor.fetchone()
+        assert row is not None, "the daemon's statement is not prepared"
+        name, types = row
+        order = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", sql)))
+        cursor.execute(postgresql.CLAIM_PLAN)
+        arguments = ", ".join(f"%s::{kind}" for kind in types)
+        cursor.execute(f"EXPLAIN (FORMAT JSON) EXECUTE {name}({arguments})",
+                       [params[key] for key in order])
+        plan = cursor.fetchone()[0]
+    return plan if isinstance(plan, list) else json.loads(plan)
+
+
+def _numbered(sql):
+    """Return ``sql`` with its ``%(name)s`` placeholders numbered as psycopg sends them."""
+    numbers = {}
+    return re.sub(r"%\((\w+)\)s",
+                  lambda match: f"${numbers.setdefault(match[1], len(numbers) + 1)}",
+                  sql).replace("%%", "%")
+
+
+#: The indexes the daemon's round may read its tables by: a task's own key, the
+#: claim index (walked in claim order), a daemon's leases.
+KEYED = {"atp_instance": {"atp_instance_pkey"}, "atp_inputs": {"atp_inputs_pkey"},
+         "atp_task": {"atp_task_pkey", "atp_task_claim_idx", "atp_task_lease_idx"}}
+
+
+@pytest.mark.parametrize("statistics", ["never analyzed", "fresh"])
+def test_the_plan_kept_for_the_daemons_round_reads_each_row_by_its_key(
+        postgres_only, noop_type, daemon, statistics):
+    """The round the daemon repeats (``settle_and_claim``) is prepared and planned once:
+    that plan, not a fresh one, must walk the claim index and read every other row by
+    its key, however many tasks wait (it once hashed every ACCEPTED task to start 4)."""
+    from atp.engine.engines import engine as chosen
+    from atp.engine.outcomes import Outcome
+
+    if chosen() is not postgresql:
+        pytest.skip("the PostgreSQL engine's statement")
+    _enqueue(WAITING)
+    if statistics == "never analyzed":
+        _forget_statistics()
+    else:
+        with connection.cursor() as cursor:
+            cursor.execute("ANALYZE atp_task")
+            cursor.execute("ANALYZE atp_instance")
+    outcomes = [Outcome.finished(0, 1, None)]  # no such task: written as nothing
+    settled, claimed = engine.settle_and_claim(daemon, outcomes, 4, [noop_type.pk])
+    assert (settled, len(claimed)) == (set(), 4)
+    params = {**postgresql.settle_parameters(daemon, outcomes),
+              **postgresql.claim_parameters(daemon, 4, [noop_type.pk], start=True)}
+    plan = kept_plan(postgresql.with_limit(postgresql.SETTLE_AND_CLAIM, 4), params)
+    nodes = list(_nodes(plan[0]["Plan"]))
+    reads = [(node["Relation Name"], node["Node Type"], node.get("Index Name"))
+             for node in nodes if node.get("Relation Name") in KEYED
+             and node["Node Type"] not in ("ModifyTable", "LockRows")]
+    assert reads, nodes
+    for table, kind, index in reads:
+        assert kind == "Index Scan" and index in KEYED[table], reads
+    assert "Hash Join" not in [node["Node Type"] for node in nodes if any(
+        child.get("Relation Name") == "atp_instance" for child in _nodes(node))], reads

@@ -35,10 +35,29 @@ def waiting_in_read(pid):
     return int(fields[1], 16)
 
 
+class Gate:
+    """A one-worker daemon whose task waits at its gate, on its first attempt."""
+
+    def __init__(self, daemon, task, worker, fifo, channel):
+        self.daemon, self.task, self.worker = daemon, task, worker
+        self.fifo, self.channel = fifo, channel
+
+    def open(self):
+        with open(self.fifo, "wb", buffering=0) as gate:
+            gate.write(b"x")
+
+    def report_to_a_stopped_supervisor(self):
+        """Stop the supervisor, open the gate, and return once the worker has sent its end
+        (it waits in read() on its channel again): the end is in the pipe, unread."""
+        self.daemon.signal(signal.SIGSTOP)
+        self.open()
+        wait_until(lambda: waiting_in_read(self.worker) == self.channel, timeout=10,
+                   message="the worker sent its end and waits for its next task")
+
+
 @pytest.fixture
 def gated(start_daemon, tmp_path):
-    """Start a one-worker daemon and a gated task; return (daemon, task, worker, open_gate,
-    channel): the task waits at its gate, on its first attempt."""
+    """Start a one-worker daemon and a gated task; return its ``Gate``."""
     if not Path("/proc/self/syscall").exists() or os.uname().machine != "x86_64":
         pytest.skip("needs /proc/<pid>/syscall on x86-64")
     atp.register_task_type("tests.gate", "tests.handlers.gate", max_restarts=3)
@@ -59,17 +78,7 @@ def gated(start_daemon, tmp_path):
     assert pid == worker
     wait_until(lambda: waiting_in_read(worker) == gate_fd, timeout=10,
                message="handler waiting at its gate", output=daemon.output)
-
-    def open_gate():
-        with open(fifo, "wb", buffering=0) as gate:
-            gate.write(b"x")
-
-    return daemon, task, worker, open_gate, channel
-
-
-def end_sent(worker, channel):
-    wait_until(lambda: waiting_in_read(worker) == channel, timeout=10,
-               message="the worker sent its end and waits for its next task")
+    return Gate(daemon, task, worker, fifo, channel)
 
 
 def history(task):
@@ -91,52 +100,44 @@ RAN_TWICE = [(Status.ACCEPTED, 0), (Status.SCHEDULED, 1), (Status.RUNNING, 1),
 
 
 def test_a_worker_killed_while_its_handler_runs_costs_a_restart(gated):
-    daemon, task, worker, open_gate, channel = gated
-    os.kill(worker, signal.SIGKILL)
-    instance = ended(task, daemon)
+    os.kill(gated.worker, signal.SIGKILL)
+    instance = ended(gated.task, gated.daemon)
     assert (instance.attempt, instance.restarts) == (2, 1)
-    assert history(task) == RAN_TWICE
+    assert history(gated.task) == RAN_TWICE
 
 
 def test_a_worker_killed_after_it_sent_its_end_costs_nothing(gated):
-    daemon, task, worker, open_gate, channel = gated
-    daemon.signal(signal.SIGSTOP)
     try:
-        open_gate()
-        end_sent(worker, channel)
-        os.kill(worker, signal.SIGKILL)
+        gated.report_to_a_stopped_supervisor()
+        os.kill(gated.worker, signal.SIGKILL)
     finally:
-        daemon.signal(signal.SIGCONT)
-    instance = ended(task, daemon)
+        gated.daemon.signal(signal.SIGCONT)
+    instance = ended(gated.task, gated.daemon)
     assert (instance.attempt, instance.restarts) == (1, 0)
-    assert history(task) == RAN_ONCE
-    assert atp.get_response(task).json() == {"attempt": 1}
+    assert history(gated.task) == RAN_ONCE
+    assert atp.get_response(gated.task).json() == {"attempt": 1}
 
 
 def test_a_supervisor_killed_holding_an_end_not_written_costs_a_restart(gated, start_daemon):
-    daemon, task, worker, open_gate, channel = gated
-    daemon.signal(signal.SIGSTOP)
-    open_gate()
-    end_sent(worker, channel)
-    daemon.signal(signal.SIGKILL)  # a stopped process dies of it too
-    daemon.wait(10)
-    assert Instance.objects.get(pk=task.pk).status == Status.RUNNING
+    gated.report_to_a_stopped_supervisor()
+    gated.daemon.signal(signal.SIGKILL)  # a stopped process dies of it too
+    gated.daemon.wait(10)
+    assert Instance.objects.get(pk=gated.task.pk).status == Status.RUNNING
     # The next daemon on this host restarts what a dead one held, at once.
     successor = start_daemon("--workers", 1)
-    instance = ended(task, successor)
+    instance = ended(gated.task, successor)
     assert (instance.attempt, instance.restarts) == (2, 1)
-    assert history(task) == RAN_TWICE
-    assert atp.get_response(task).json() == {"attempt": 2}
+    assert history(gated.task) == RAN_TWICE
+    assert atp.get_response(gated.task).json() == {"attempt": 2}
 
 
 def test_a_supervisor_killed_after_the_end_was_written_costs_nothing(gated, start_daemon):
-    daemon, task, worker, open_gate, channel = gated
-    open_gate()
-    ended(task, daemon)
-    daemon.signal(signal.SIGKILL)
-    daemon.wait(10)
+    gated.open()
+    ended(gated.task, gated.daemon)
+    gated.daemon.signal(signal.SIGKILL)
+    gated.daemon.wait(10)
     successor = start_daemon("--workers", 1)
     wait_until(lambda: "started" in successor.output(), timeout=30, message="successor up")
-    instance = Instance.objects.get(pk=task.pk)
+    instance = Instance.objects.get(pk=gated.task.pk)
     assert (instance.status, instance.attempt, instance.restarts) == (Status.FINISHED, 1, 0)
-    assert history(task) == RAN_ONCE
+    assert history(gated.task) == RAN_ONCE

@@ -81,7 +81,9 @@ def test_settle_writes_nothing_for_an_attempt_that_went_on_and_the_rest_all_the_
     for task in (superseded, cancelled, requeued, good):
         running(task, daemon)
     engine.restart(superseded, "daemon lost", attempt=1)
-    claim_exactly(superseded, engine.register_daemon())  # attempt 2, elsewhere
+    other = engine.register_daemon()
+    claim_exactly(superseded, other)
+    engine.start(superseded, attempt=2, daemon=other)  # RUNNING and leased, on attempt 2
     atp.cancel(cancelled)  # the lease stays until the worker is stopped
     atp.reenqueue(requeued)
     refused = (superseded, cancelled, requeued)
@@ -222,3 +224,20 @@ def test_a_round_the_database_refuses_writes_nothing_and_leaves_the_connection_u
     settled, claimed = engine.settle_and_claim(
         daemon, [Outcome.failed(done.pk, 1, "a-b")], 1, [noop_type.pk])
     assert settled == {done.pk} and [task.pk for task in claimed] == [waiting.pk]
+
+
+def test_settle_writes_nothing_for_a_task_that_lost_its_lease_on_the_same_attempt(
+        noop_type, daemon):
+    """A PAUSED task whose attempt was lost is held: same attempt, a state an end may
+    come from, but no lease. Its old worker's end must not write."""
+    held = atp.enqueue("tests.noop")
+    running(held, daemon)
+    atp.pause(held)
+    engine.hand_back(held, "daemon stopping", attempt=1, daemon=daemon)
+    stored = Instance.objects.get(pk=held.pk)
+    assert (stored.status, stored.attempt, Task.objects.get(pk=held.pk).daemon) == (
+        Status.PAUSED, 1, None)
+    before = snapshot(held)
+    assert settle(daemon, [Outcome.finished(held.pk, 1, "late")]) == set()
+    assert settle(daemon, [Outcome.failed(held.pk, 1, "late")]) == set()
+    assert snapshot(held) == before

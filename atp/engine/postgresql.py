@@ -28,6 +28,7 @@ from atp.engine.sql import (
     build,
     columns,
     one_of,
+    stored_fields,
     width,
 )
 from atp.engine.transitions import refusal
@@ -166,40 +167,14 @@ def _preparing_cursor_class():
 
 
 def execute_claim(cursor, sql, params):
-    """Execute ``sql`` (the claim, or its EXPLAIN) under ``CLAIM_PLAN``, in one round trip."""
+    """Execute ``sql`` (the claim, or its EXPLAIN) under ``CLAIM_PLAN``: in one round trip
+    where the cursor binds on the client, else as two statements of the caller's transaction."""
     if _binds_on_the_client(cursor):
         cursor.execute(f"{CLAIM_PLAN}; {sql}", params)
         cursor.nextset()  # to the claim's own result
     else:  # server-side binding takes one statement at a time
         cursor.execute(CLAIM_PLAN)
         cursor.execute(sql, params)
-
-
-def _in_one_round_trip(connection, cursor, sql, params):
-    """Run ``sql`` under ``CLAIM_PLAN`` in a transaction of its own; return its rows.
-
-    BEGIN, the settings, the statement and COMMIT go in one round trip (psycopg's
-    pipeline mode). A failure rolls the transaction back before it is raised.
-    """
-    import psycopg
-
-    raw = connection.connection
-    if not hasattr(raw, "pipeline"):  # psycopg2: four round trips
-        with transaction.atomic(using=connection.alias):
-            execute_claim(cursor, sql, params)
-            return cursor.fetchall()
-    try:
-        with connection.wrap_database_errors, raw.pipeline():
-            raw.execute("BEGIN", prepare=False)
-            raw.execute(CLAIM_PLAN)
-            cursor.execute(sql, params)
-            raw.execute("COMMIT", prepare=False)
-        return cursor.fetchall()
-    except BaseException:
-        if raw.info.transaction_status != psycopg.pq.TransactionStatus.IDLE and not raw.closed:
-            with connection.wrap_database_errors:
-                raw.execute("ROLLBACK", prepare=False)
-        raise
 
 
 def _binds_on_the_client(cursor):
@@ -263,7 +238,9 @@ def _claim(sql, params, daemon, start):
             execute_claim(cursor, sql, params)
             rows = cursor.fetchall()
         else:  # CLAIM_PLAN and the claim must share a transaction
-            rows = _in_one_round_trip(connection, cursor, sql, params)
+            with transaction.atomic(using=connection.alias):
+                execute_claim(cursor, sql, params)
+                rows = cursor.fetchall()
     alive, limited, strays, settled = rows[0][:4]
     settled = set(settled or ())
     if not alive:
@@ -440,9 +417,7 @@ def _insert(model, obj, connection, expressions):
     ``obj``'s values; an automatic primary key is left to the database.
     """
     columns, values, params = [], [], []
-    for field in model._meta.concrete_fields:
-        if field.primary_key and field.get_internal_type() in ("AutoField", "BigAutoField"):
-            continue
+    for field in stored_fields(model):
         columns.append(field.column)
         expression = expressions.get(field.column)
         if expression is None:

@@ -27,6 +27,12 @@ def one_of(column, states):
     return f"{column} IN ({', '.join(repr(str(state)) for state in sorted(states))})"
 
 
+def stored_fields(model):
+    """Return the concrete fields of ``model`` an INSERT writes: all but an automatic key."""
+    return [field for field in model._meta.concrete_fields if not (
+        field.primary_key and field.get_internal_type() in ("AutoField", "BigAutoField"))]
+
+
 def width(model):
     return len(model._meta.concrete_fields)
 

@@ -34,6 +34,7 @@ from atp.engine.sql import (
     build,
     columns,
     one_of,
+    stored_fields,
 )
 from atp.engine.transitions import refusal
 from atp.exceptions import DaemonStopped
@@ -262,8 +263,7 @@ def settle_and_claim(daemon, outcomes, limit, type_ids):
 def _insert_statement(model, *, returning=""):
     """Return ``INSERT INTO table (columns) VALUES (?, ...)`` for ``model``'s columns but
     an automatic key, and those columns' fields."""
-    fields = [field for field in model._meta.concrete_fields if not (
-        field.primary_key and field.get_internal_type() in ("AutoField", "BigAutoField"))]
+    fields = stored_fields(model)
     columns = ", ".join(field.column for field in fields)
     marks = ", ".join(["%s"] * len(fields))
     suffix = f" RETURNING {returning}" if returning else ""

@@ -13,6 +13,9 @@ def default_workers():
     return psutil.cpu_count(logical=True) or 1
 
 
+DEFAULT_PREFETCH = 16
+
+
 @dataclass(frozen=True)
 class DaemonConfig:
     """The options of one daemon run; raise ``InvalidParameter`` for a bad one."""
@@ -24,6 +27,8 @@ class DaemonConfig:
     max_memory_per_child_mb: int | None = None
     shutdown_timeout: float | None = None
     poll_interval: float | None = None
+    #: The most tasks queued behind each worker's running one (see ``atp.daemon.prefetch``).
+    prefetch: int = DEFAULT_PREFETCH
 
     def __post_init__(self):
         for name in ("workers", "max_tasks_per_child", "max_memory_per_child_mb"):
@@ -32,6 +37,8 @@ class DaemonConfig:
                 continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidParameter(f"{name} must be a positive integer, not {value!r}")
+        if isinstance(self.prefetch, bool) or not isinstance(self.prefetch, int) or self.prefetch < 0:
+            raise InvalidParameter(f"prefetch must be a non-negative integer, not {self.prefetch!r}")
         if self.shutdown_timeout is None:
             object.__setattr__(self, "shutdown_timeout", conf.SHUTDOWN_TIMEOUT_SECONDS)
         if self.poll_interval is None:

@@ -14,6 +14,7 @@ import logging
 import os
 import signal
 import time
+from collections import deque
 
 import psutil
 
@@ -39,12 +40,14 @@ def exit_cause(exitcode):
 
 
 class Worker:
-    """One worker process, its channel, and the task it runs."""
+    """One worker process, its channel, and the tasks it was given: the one it runs (its
+    ``assignment``) and those queued behind it, which it runs in order."""
 
-    def __init__(self, process, channel):
+    def __init__(self, process, channel, max_tasks=None):
         self.process = process
         self.channel = channel
-        self.assignment = None
+        self.queue = deque()  # Assignments, the running one first
+        self.max_tasks = max_tasks  # it is recycled after that many
         self.tasks_done = 0
         self.is_retiring = False
         self.is_suspended = False
@@ -57,15 +60,39 @@ class Worker:
         return self.process.pid
 
     @property
+    def assignment(self):
+        """The task the worker runs (or will run next), or None."""
+        return self.queue[0] if self.queue else None
+
+    @property
+    def queued(self):
+        """The tasks waiting behind the one it runs."""
+        return list(self.queue)[1:]
+
+    @property
     def is_idle(self):
-        return self.assignment is None and not self.is_retiring
+        return not self.queue and not self.is_retiring
+
+    def free_slots(self, depth):
+        """Return how many more tasks the worker may be given for a queue ``depth`` long."""
+        if self.is_retiring:
+            return 0
+        room = depth - len(self.queue)
+        if self.max_tasks:
+            room = min(room, self.max_tasks - self.tasks_done - len(self.queue))
+        return max(0, room)
 
     def assign(self, assignment, task):
-        """Give the worker ``task``, started, loaded with its type and inputs."""
-        self.assignment = assignment
+        """Give the worker ``task``, loaded with its type and inputs, to run after the
+        ones it has."""
+        self.queue.append(assignment)
         self.channel.send((
             "run", task, assignment.attempt, assignment.handler, str(assignment.daemon)
         ))
+
+    def finished(self):
+        """Take the task the worker ran off its queue; return it."""
+        return self.queue.popleft()
 
     def retire(self):
         """Ask the worker to exit once it is idle (recycling)."""
@@ -126,9 +153,13 @@ class Worker:
 class WorkerPool:
     """Forks workers, reads what they report, and notices when they die."""
 
-    def __init__(self, context, lease, before_fork, private_fds=lambda: ()):
+    def __init__(self, context, lease, before_fork, private_fds=lambda: (), max_tasks=None):
         self.context = context
+        self.max_tasks = max_tasks
         self.lease = lease
+        # Set when the daemon stops: workers answer the tasks still queued for them
+        # with ("dropped", ...) instead of running them.
+        self.dropping = context.Value("b", 0, lock=False)
         self.before_fork = before_fork
         self.private_fds = private_fds
         self.workers = []
@@ -146,7 +177,7 @@ class WorkerPool:
             inherited += [parent_end.fileno(), *self.private_fds()]
             process = self.context.Process(
                 target=worker_main, name="atpd-worker", daemon=False,
-                args=(child_end, self.lease.deadline, os.getpid(), inherited),
+                args=(child_end, self.lease.deadline, self.dropping, os.getpid(), inherited),
             )
             process.start()
             try:
@@ -154,7 +185,7 @@ class WorkerPool:
             except (PermissionError, ProcessLookupError):
                 pass
             child_end.close()
-            self.workers.append(Worker(process, parent_end))
+            self.workers.append(Worker(process, parent_end, self.max_tasks))
             logger.debug("worker pid=%s started", process.pid)
 
     def waitables(self):
@@ -165,7 +196,11 @@ class WorkerPool:
         return [worker for worker in self.workers if worker.is_idle]
 
     def busy(self):
-        return [worker for worker in self.workers if worker.assignment is not None]
+        return [worker for worker in self.workers if worker.queue]
+
+    def drop_queued(self):
+        """Have the workers hand back, unrun, the tasks queued behind their running ones."""
+        self.dropping.value = 1
 
     def messages(self):
         """Yield ``(worker, message)`` for every message waiting from a worker."""

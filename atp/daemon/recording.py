@@ -22,7 +22,8 @@ logger = logging.getLogger(__name__)
 
 #: What a task's history says when even the reason of its failure cannot be written.
 UNRECORDABLE = "atp could not record how this attempt ended; see the daemon's log"
-DONE = {Status.FINISHED: "finished", Status.FAILED: "failed", Status.ACCEPTED: "handed back"}
+DONE = {Status.FINISHED: "finished", Status.FAILED: "failed", Status.ACCEPTED: "handed back",
+        Status.RUNNING: "started"}
 
 
 def settle(daemon, outcomes):
@@ -59,8 +60,13 @@ def report(outcomes, written):
         if outcome.pk in written:
             _log_written(outcome)
         else:
-            logger.info("task id=%s attempt=%s: its end (%s) is ignored: the task went on "
-                        "without it", outcome.pk, outcome.attempt, outcome.status)
+            logger.info("task id=%s attempt=%s: its %s (%s) is ignored: the task went on "
+                        "without it", outcome.pk, outcome.attempt, _what(outcome),
+                        outcome.status)
+
+
+def _what(outcome):
+    return "start" if outcome.status == Status.RUNNING else "end"
 
 
 def record(outcome, daemon, *, wait=False):
@@ -78,12 +84,14 @@ def record(outcome, daemon, *, wait=False):
     except CONNECTION_ERRORS:
         raise
     except TASK_MOVED_ON as exc:
-        logger.info("task id=%s attempt=%s: its end (%s) is ignored: %s",
-                    outcome.pk, outcome.attempt, outcome.status, exc)
+        logger.info("task id=%s attempt=%s: its %s (%s) is ignored: %s",
+                    outcome.pk, outcome.attempt, _what(outcome), outcome.status, exc)
         return False
     except Exception as exc:
-        logger.exception("task id=%s attempt=%s: writing its end (%s) failed",
-                         outcome.pk, outcome.attempt, outcome.status)
+        logger.exception("task id=%s attempt=%s: writing its %s (%s) failed",
+                         outcome.pk, outcome.attempt, _what(outcome), outcome.status)
+        if outcome.status == Status.RUNNING:
+            return False  # its end, written with its start, comes later
         return _fail_anyway(outcome, daemon, exc, wait)
     _log_written(outcome)
     return True
@@ -98,7 +106,8 @@ def _write(outcome, daemon):
 
 
 def _log_written(outcome):
-    logger.info("task id=%s attempt=%s %s", outcome.pk, outcome.attempt, DONE[outcome.status])
+    if outcome.status != Status.RUNNING:  # a start is not worth a line of its own
+        logger.info("task id=%s attempt=%s %s", outcome.pk, outcome.attempt, DONE[outcome.status])
 
 
 def _fail_anyway(outcome, daemon, exc, wait):

@@ -67,7 +67,19 @@ class Assignment:
     reason: str = ""
     kill_at: float = None
     is_killed: bool = False
-    since: float = field(default_factory=time.monotonic)
+    since: float = field(default_factory=time.monotonic)  # when it started, or was sent
+    start_written: bool = True  # False for a prefetched task until its start is written
+
+    def follow(self, previous):
+        """Take over the stop of ``previous``, the task before it on a worker being stopped:
+        the worker dies of it, and this task, which may have just begun, goes back to
+        the queue with it, no restart spent."""
+        if previous.ending is None or self.ending is not None:
+            return
+        self.ending = Ending.SHUTDOWN
+        self.reason = (f"handed back: its worker was being stopped for task id={previous.pk} "
+                       f"({previous.reason})")
+        self.kill_at, self.is_killed = previous.kill_at, previous.is_killed
 
 
 class Action(enum.Enum):
@@ -126,10 +138,12 @@ def observe(workers, daemon):
     return Observation(leases, states)
 
 
-def decide(observation, workers):
+def decide(observation, workers, queued=()):
     """Return the decisions that bring ``workers`` (the busy ones) in step with
-    ``observation``; a worker already being stopped is left to its stop."""
-    running = {worker.assignment.pk for worker in workers}
+    ``observation``; a worker already being stopped is left to its stop. ``queued``
+    holds the keys of tasks queued behind the workers' running ones: each is seen to
+    when its worker reaches it."""
+    running = {worker.assignment.pk for worker in workers} | set(queued)
     decisions = [
         Decision(Action.HAND_BACK if status in IN_FLIGHT else Action.RELEASE,
                  pk=pk, attempt=attempt, reason="its daemon had lost track of it")
@@ -274,6 +288,15 @@ def write_after(assignment, cause):
     if ending is None:
         reason = f"worker died: {cause}"
     return f"restart task id={pk}", lambda: engine.restart(
+        pk, reason, attempt=attempt, daemon=daemon)
+
+
+def hand_back_unstarted(assignment, why):
+    """Return ``(description, write)`` handing back a task queued behind a worker's running
+    one, never started (the worker died or the daemon stops first): no restart spent."""
+    pk, attempt, daemon = assignment.pk, assignment.attempt, assignment.daemon
+    reason = f"handed back before it started: {why}"
+    return f"hand back task id={pk}", lambda: engine.hand_back(
         pk, reason, attempt=attempt, daemon=daemon)
 
 

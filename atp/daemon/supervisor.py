@@ -2,10 +2,12 @@
 
 One thread, one loop. Each round it waits for something to happen (a worker reports
 or dies, a notification or a signal arrives, a timer is due), then does its database
-work: the ends its workers reported (written together), pending restarts, the
-heartbeat, the check against its leases, maintenance, and a claim that starts tasks
-for the idle workers. A database that goes away puts the loop in outage mode:
-running tasks go on, database work is retried with back-off.
+work: the ends its workers reported and the starts of prefetched tasks (written
+together), pending restarts, the heartbeat, the check against its leases,
+maintenance, and a claim that starts tasks for the idle workers and queues a few
+more behind busy ones when tasks are short (``atp.daemon.prefetch``). A database
+that goes away puts the loop in outage mode: running tasks go on, database work is
+retried with back-off.
 """
 
 import logging
@@ -29,11 +31,20 @@ from atp.daemon.outage import (
     harden_connections,
 )
 from atp.daemon.pool import WorkerPool, exit_cause
-from atp.daemon.stopping import Assignment, Ending, PendingWrites, Stopper, write_after
+from atp.daemon.prefetch import Pace, distribute
+from atp.daemon.stopping import (
+    Assignment,
+    Ending,
+    PendingWrites,
+    Stopper,
+    hand_back_unstarted,
+    write_after,
+)
 from atp.daemon.wakeup import Listener
 from atp.db import retry_budget
 from atp.engine.base import database
 from atp.engine.claim import claimable_types
+from atp.engine.outcomes import Outcome
 from atp.engine.types import sync_declared_types
 from atp.exceptions import DaemonStopped
 from atp.states import Status
@@ -42,7 +53,28 @@ logger = logging.getLogger(__name__)
 
 CONTROL_INTERVAL_SECONDS = 0.5
 MAX_WAIT_SECONDS = 1.0
-#: Endings after which the task's state was already decided elsewhere.
+
+
+class Reports:
+    """What one round writes of what the workers reported: ``taken`` (``(outcome, when
+    its attempt started)``, the time None when its start is written), and the prefetched
+    tasks ``started`` whose start alone is due."""
+
+    def __init__(self, taken):
+        self.taken = taken
+        self.started = []
+        self.outcomes = []
+
+    def date(self, now):
+        """Make the outcomes to write at ``now``: each start not written goes with them."""
+        self.outcomes = [outcome if since is None else outcome.since_start(now - since)
+                         for outcome, since in self.taken]
+        self.outcomes += [Outcome.started(task.pk, task.attempt, now - task.since)
+                          for task in self.started]
+
+    def written(self):
+        for task in self.started:
+            task.start_written = True  # or refused: the task went on, and will be stopped
 
 
 class Supervisor:
@@ -55,13 +87,17 @@ class Supervisor:
         self.listener = Listener(database())
         self.inbox = None
         self.pool = WorkerPool(
-            context, self.lease, before_fork=self._before_fork, private_fds=self._private_fds
+            context, self.lease, before_fork=self._before_fork, private_fds=self._private_fds,
+            max_tasks=config.max_tasks_per_child,
         )
         self.daemon = None
         self.catalog = Catalog(config.types)
         self.pending = PendingWrites()
         self.stopper = Stopper()
-        self.outcomes = []  # what workers reported, not written yet
+        # What workers reported, not written yet: (outcome, when its attempt started if
+        # its start is not written either, else None).
+        self.outcomes = []
+        self.pace = Pace(config.prefetch)
         self.stop_requests = 0
         self.drain_deadline = None
         self.outage = Outage()
@@ -82,11 +118,13 @@ class Supervisor:
             try:
                 while not self._is_finished():
                     self._wait(inbox)
+                    busy_since = time.monotonic()
                     for signum in inbox.take():
                         self._on_signal(signum)
                     self._collect_workers()
                     self._database_round()
                     self._enforce_deadlines()
+                    self.pace.round_took(time.monotonic() - busy_since)
             except Exception:
                 logger.exception("atpd %s stopping after an unexpected error", self.daemon)
                 exit_code = 1
@@ -166,8 +204,9 @@ class Supervisor:
         self.drain_deadline = time.monotonic() + self.config.shutdown_timeout
         logger.info("atpd %s stopping (%s): %s running task(s) have %g s to finish",
                     self.daemon, why, len(self.pool.busy()), self.config.shutdown_timeout)
-        for worker in self.pool.idle():
-            worker.retire()
+        self.pool.drop_queued()  # prefetched tasks come back unrun ("dropped")
+        for worker in self.pool.workers:
+            worker.retire()  # once its queue is through
 
     def _stop_now(self, why):
         logger.warning("atpd %s stopping at once (%s)", self.daemon, why)
@@ -187,22 +226,26 @@ class Supervisor:
         for worker, message in self.pool.messages():
             if message[0] == "done":
                 self._on_done(worker, *message[1:])
+            elif message[0] == "dropped":
+                self._on_dropped(worker, *message[1:])
         replacements = 0
         for worker in self.pool.collect_dead():
             self._on_death(worker)
             replacements += self.drain_deadline is None
         self.pool.spawn(replacements)
 
-    def _on_done(self, worker, pk, attempt, outcome):
-        assignment = worker.assignment
-        if assignment is None or (assignment.pk, assignment.attempt) != (pk, attempt):
-            logger.error("worker pid=%s reported task id=%s attempt=%s it was not running",
-                         worker.pid, pk, attempt)
+    def _on_done(self, worker, pk, attempt, outcome, ended_at):
+        assignment = self._answered(worker, pk, attempt)
+        if assignment is None:
             return
-        worker.assignment = None
         # Written even when the task was being stopped: it ended first, and a write
         # refused because the task went on meanwhile is dropped.
-        self.outcomes.append(outcome)
+        self.outcomes.append((outcome, None if assignment.start_written else assignment.since))
+        self.pace.task_ended(ended_at - assignment.since)
+        if (following := worker.assignment) is not None:
+            # The worker went on with the next task of its queue when this one ended.
+            following.since = max(following.since, ended_at)
+            following.follow(assignment)
         if assignment.ending is not None:
             worker.retire()  # it was being stopped: a signal may still be on its way
             return
@@ -213,16 +256,35 @@ class Supervisor:
         limit_mb = self.config.max_memory_per_child_mb
         if self.drain_deadline is not None:
             worker.retire()
-        elif limit_tasks and worker.tasks_done >= limit_tasks:
-            logger.info("worker pid=%s recycled after %s tasks", worker.pid, worker.tasks_done)
+        elif limit_tasks and worker.tasks_done + len(worker.queue) >= limit_tasks:
+            logger.info("worker pid=%s recycled after %s tasks", worker.pid,
+                        worker.tasks_done + len(worker.queue))
             worker.retire()
         elif limit_mb and (used := worker.memory_mb()) > limit_mb:
             logger.info("worker pid=%s recycled at %.0f MB", worker.pid, used)
             worker.retire()
 
+    def _on_dropped(self, worker, pk, attempt):
+        """A prefetched task the worker did not run (the daemon stops): back to the queue."""
+        assignment = self._answered(worker, pk, attempt)
+        if assignment is not None:
+            self.pending.add(*hand_back_unstarted(assignment, f"daemon {self.daemon} stopped"))
+
+    @staticmethod
+    def _answered(worker, pk, attempt):
+        """Take the task a worker answered for off its queue; return it (None: not its)."""
+        assignment = worker.assignment
+        if assignment is None or (assignment.pk, assignment.attempt) != (pk, attempt):
+            logger.error("worker pid=%s reported task id=%s attempt=%s it was not running",
+                         worker.pid, pk, attempt)
+            return None
+        return worker.finished()
+
     def _on_death(self, worker):
         cause = exit_cause(worker.process.exitcode)
         assignment = worker.assignment
+        for queued in worker.queued:  # it never reached them
+            self.pending.add(*hand_back_unstarted(queued, f"its worker died ({cause})"))
         if assignment is None:
             if not worker.is_retiring:
                 logger.warning("idle worker pid=%s died: %s", worker.pid, cause)
@@ -230,6 +292,7 @@ class Supervisor:
         if assignment.ending is None:
             logger.warning("worker pid=%s died running task id=%s: %s",
                            worker.pid, assignment.pk, cause)
+            self.pace.setback()
         write = write_after(assignment, cause)
         if write is not None:
             self.pending.add(*write)
@@ -272,7 +335,8 @@ class Supervisor:
         if self.controls.is_due(now):
             busy = self.pool.busy()
             observed = stopping.observe(busy, self.daemon)
-            self.stopper.apply(stopping.decide(observed, busy), self.daemon)
+            queued = [task.pk for worker in busy for task in worker.queued]
+            self.stopper.apply(stopping.decide(observed, busy, queued), self.daemon)
             self.controls.done(now)
         if self.maintenance.is_due(now):
             self._reload_catalog()
@@ -287,16 +351,34 @@ class Supervisor:
         self._settle()
 
     def _settle(self):
-        """Write the ends the workers reported since the last round, together (when the
-        round claims, its claim writes them)."""
-        if not self.outcomes:
+        """Write the ends the workers reported since the last round, and the starts of
+        prefetched tasks they began, together (when the round claims, its claim writes
+        them)."""
+        reports = self._take_reports()
+        if not reports.outcomes:
             return
-        outcomes, self.outcomes = self.outcomes, []
         try:
-            recording.settle(self.daemon, outcomes)
+            recording.settle(self.daemon, reports.outcomes)
         except CONNECTION_ERRORS:
-            self.outcomes = outcomes + self.outcomes  # all of them again, next round
+            self._keep(reports)
             raise
+        reports.written()
+
+    def _take_reports(self):
+        """Take what is to write: the outcomes reported, and the starts of prefetched
+        tasks running with their start unwritten (none while stopping: a task queued
+        behind may come back unrun)."""
+        reports, self.outcomes = Reports(self.outcomes), []
+        if self.drain_deadline is None:
+            reports.started = [
+                worker.assignment for worker in self.pool.busy()
+                if not worker.assignment.start_written and worker.assignment.ending is None]
+        reports.date(time.monotonic())
+        return reports
+
+    def _keep(self, reports):
+        """Keep what a round did not write for the next (the database went away)."""
+        self.outcomes = reports.taken + self.outcomes
 
     def _heartbeat(self):
         sent = clock()
@@ -332,60 +414,83 @@ class Supervisor:
     def _may_claim(self, now):
         return (
             self.drain_deadline is None and not self.outage.is_on
-            and not self.lease.is_expired() and bool(self.pool.idle())
+            and not self.lease.is_expired() and self._free_slots() > 0
             and (self.should_claim or self.polls.is_due(now))
         )
 
+    def _free_slots(self):
+        depth = self.pace.depth()
+        return sum(worker.free_slots(depth) for worker in self.pool.workers)
+
     def _claim(self, now):
-        """Claim and start tasks for the idle workers, writing the reported ends in the
-        same transaction (one statement on PostgreSQL), and hand the tasks out."""
-        idle = self.pool.idle()
+        """Claim tasks for the workers: started for the idle ones, prefetched for the
+        queues of busy ones; write the reported ends (and starts) in the same
+        transaction (one statement on PostgreSQL), and hand the tasks out."""
+        depth = self.pace.depth()
+        workers = self.pool.workers
+        limit = sum(worker.free_slots(depth) for worker in workers)
+        start = len(self.pool.idle())
         self.polls.done(now)
-        outcomes, self.outcomes = self.outcomes, []
+        reports = self._take_reports()
         try:
-            instances = self._settle_and_claim(outcomes, len(idle))
+            instances = self._settle_and_claim(reports.outcomes, limit, start)
         except DaemonStopped:
-            self.outcomes = outcomes + self.outcomes  # written again: refused if they were
+            self._keep(reports)  # written again: refused if they were
             self._register_again()
             return
         except CONNECTION_ERRORS:
-            self.outcomes = outcomes + self.outcomes
+            self._keep(reports)
             raise
-        self.should_claim = len(instances) == len(idle)
+        reports.written()
+        self.should_claim = len(instances) == limit
+        runnable = []
         for instance in instances:
             task_type = instance.type
-            if not self.catalog.can_run(task_type.identifier, task_type.handler):
+            if self.catalog.can_run(task_type.identifier, task_type.handler):
+                runnable.append(instance)
+            else:
                 self._hand_back_unknown(instance)
-                continue
+        pairs, left = distribute(runnable, workers, depth)
+        for worker, instance in pairs:
+            task_type = instance.type
             assignment = Assignment(
                 instance.pk, instance.attempt, task_type.identifier, task_type.handler,
                 task_type.timeout.total_seconds(), daemon=self.daemon,
+                start_written=instance.status == Status.RUNNING,
             )
             try:
-                idle.pop(0).assign(assignment, instance)
+                worker.assign(assignment, instance)
             except OSError:
-                pass  # the worker just died: its death restarts the task
+                pass  # the worker just died: its death restarts or hands back the task
+        for instance in left:
+            self._hand_back_unclaimed(instance)
         if self.config.burst and not instances and not self.pool.busy():
             self._begin_drain("burst: nothing left to run")
 
-    def _settle_and_claim(self, outcomes, limit):
+    def _settle_and_claim(self, outcomes, limit, start):
         type_ids = self.catalog.type_ids()
         handed_back = [outcome for outcome in outcomes if outcome.status == Status.ACCEPTED]
         if handed_back:  # rare: each alone
             recording.settle(self.daemon, handed_back)
             outcomes = [outcome for outcome in outcomes if outcome.status != Status.ACCEPTED]
         if not outcomes:
-            return engine.claim_for_daemon(self.daemon, limit, type_ids, start=True)
+            return engine.claim_for_daemon(self.daemon, limit, type_ids, start=start)
         try:
-            settled, instances = engine.settle_and_claim(self.daemon, outcomes, limit, type_ids)
+            settled, instances = engine.settle_and_claim(
+                self.daemon, outcomes, limit, type_ids, start=start)
         except (DaemonStopped, *CONNECTION_ERRORS):
             raise
         except Exception:  # a value the database refuses: each end alone, then the claim
             logger.exception("writing %s ends with the claim failed", len(outcomes))
             recording.settle(self.daemon, outcomes)
-            return engine.claim_for_daemon(self.daemon, limit, type_ids, start=True)
+            return engine.claim_for_daemon(self.daemon, limit, type_ids, start=start)
         recording.report(outcomes, settled)
         return instances
+
+    def _hand_back_unclaimed(self, instance):
+        reason = f"not run by daemon {self.daemon}: no worker was free to take it"
+        self.pending.add(f"hand back task id={instance.pk}", lambda: engine.hand_back(
+            instance.pk, reason, attempt=instance.attempt, daemon=self.daemon))
 
     def _hand_back_unknown(self, instance):
         # Its type's handler changed since the catalog was read: not ours to run.

@@ -19,6 +19,7 @@ import os
 import select
 import signal
 import threading
+import time
 from pathlib import Path
 
 import psutil
@@ -43,12 +44,15 @@ EXIT_REASONS = {EXIT_PARENT_GONE: "its supervisor is gone", EXIT_LEASE_ENDED: "t
 _running = threading.Event()
 
 
-def worker_main(channel, lease_deadline, parent_pid, inherited_fds):
+def worker_main(channel, lease_deadline, dropping, parent_pid, inherited_fds):
     """Run in the forked child: serve ``("run", task, attempt, handler, daemon)`` until
-    ``("stop",)``, answering each with ``("done", pk, attempt, outcome)``.
+    ``("stop",)``, in order, answering each with ``("done", pk, attempt, outcome, at)``
+    (``at``: this host's monotonic clock when it ended, when the next one starts), or,
+    once ``dropping`` is set (the daemon stops), with ``("dropped", pk, attempt)``
+    without running it.
 
-    ``task`` is the ``Instance``, started, with its type and inputs: the worker writes
-    nothing of its state, its supervisor does.
+    ``task`` is the ``Instance`` with its type and inputs: the worker writes nothing of
+    its state, its supervisor does.
     """
     os.setpgid(0, 0)
     for fd in inherited_fds:
@@ -76,14 +80,18 @@ def worker_main(channel, lease_deadline, parent_pid, inherited_fds):
         if message[0] == "stop":
             break
         _, task, attempt, handler, daemon = message
-        _running.set()
+        if dropping.value:
+            answer = ("dropped", task.pk, attempt)
+        else:
+            _running.set()
+            try:
+                outcome = execute(task, attempt, handler, daemon)
+            finally:
+                _running.clear()
+                _end_attempt_processes()
+            answer = ("done", task.pk, attempt, outcome, time.monotonic())
         try:
-            outcome = execute(task, attempt, handler, daemon)
-        finally:
-            _running.clear()
-            _end_attempt_processes()
-        try:
-            channel.send(("done", task.pk, attempt, outcome))
+            channel.send(answer)
         except OSError:  # the supervisor is gone: so is this worker, and its group
             _end_group(EXIT_PARENT_GONE)
     close_connections()

@@ -27,7 +27,7 @@ from atp.engine.base import daemon_label, database, pk_of, queue_write
 from atp.engine.engines import engine
 from atp.engine.lifecycle import settle, start_attempt
 from atp.engine.locks import for_update, lock_task
-from atp.engine.sql import CLAIM_INDEX
+from atp.engine.sql import CLAIM_INDEX, check_start
 from atp.engine.transitions import move, write_history
 from atp.exceptions import DaemonStopped, InvalidParameter, TaskTypeNotFound
 from atp.models import Daemon, Instance, LogRecord, Task, Type
@@ -60,43 +60,47 @@ def dequeue(daemon, limit=1, *, types=None):
     return _claim(daemon, limit, limits)
 
 
-def claim_for_daemon(daemon, limit, type_ids, *, start=False):
-    """Claim up to ``limit`` runnable tasks of the types ``type_ids`` for ``daemon``.
+def claim_for_daemon(daemon, limit, type_ids, *, start=0):
+    """Claim up to ``limit`` runnable tasks of the types ``type_ids`` for ``daemon``; return
+    them in claim order, with their inputs.
 
     The daemon's own claim: its types are the ones it has loaded, read by id, so no
     identifier needs checking. The engine checks which are paused or limited in the
-    same round trip as the claim. With ``start`` the tasks are also started (RUNNING)
-    in the same transaction and come with their inputs: the supervisor claims for
-    its idle workers so. Raise ``DaemonStopped``.
+    same round trip as the claim. The first ``start`` tasks are also started (RUNNING)
+    in the same transaction: the supervisor claims so for its idle workers, and the
+    rest (prefetched, SCHEDULED) for its workers' queues. Raise ``DaemonStopped``.
     """
-    claimed = _claim_with_engine(daemon, limit, list(type_ids), start)
+    start = check_start(start)
+    claimed = _claim_with_engine(daemon, limit, list(type_ids), start, inputs=True)
     if claimed is not None:
         return claimed
     limits = dict(Type.objects.filter(pk__in=type_ids, is_paused=False)
                   .values_list("pk", "max_concurrency"))
     if not limits:
         return []
-    return _claim_with_locks(daemon, limit, limits, start)
+    return _claim_with_locks(daemon, limit, limits, start, inputs=True)
 
 
-def settle_and_claim(daemon, outcomes, limit, type_ids):
-    """Write ``outcomes`` (the ends of attempts ``daemon``'s workers reported, see
-    ``lifecycle.settle``) and claim up to ``limit`` tasks of ``type_ids``, started, for
-    its idle workers, in one transaction (one statement on PostgreSQL); return ``(keys
-    of the tasks settled, tasks claimed)``. Raise ``DaemonStopped``: nothing was
-    claimed then, and the outcomes may or may not have been written.
+def settle_and_claim(daemon, outcomes, limit, type_ids, *, start):
+    """Write ``outcomes`` (the ends and unwritten starts of attempts ``daemon``'s workers
+    reported, see ``lifecycle.settle``) and claim up to ``limit`` tasks of ``type_ids``
+    for its workers, starting the first ``start``, in one transaction (one statement on
+    PostgreSQL); return ``(keys of the tasks settled, tasks claimed)``. Raise
+    ``DaemonStopped``: nothing was claimed then, and the outcomes may or may not have
+    been written.
     """
     outcomes, type_ids = list(outcomes), list(type_ids)
+    start = check_start(start)
     fast = engine()
     if fast is None:
         return run_in_transaction(lambda: (
-            settle(daemon, outcomes), claim_for_daemon(daemon, limit, type_ids, start=True),
+            settle(daemon, outcomes), claim_for_daemon(daemon, limit, type_ids, start=start),
         ), database())
     settled, claimed = run_in_transaction(
-        lambda: fast.settle_and_claim(daemon, outcomes, limit, type_ids), database(),
+        lambda: fast.settle_and_claim(daemon, outcomes, limit, type_ids, start), database(),
         single_statement=fast.ONE_STATEMENT)
     if claimed is None:  # a type with a concurrency limit: the ORM form claims
-        return settled, claim_for_daemon(daemon, limit, type_ids, start=True)
+        return settled, claim_for_daemon(daemon, limit, type_ids, start=start)
     instances, strays = claimed
     if strays:
         _repair_strays(strays)
@@ -135,13 +139,13 @@ def _claim(daemon, limit, limits):
     return _claim_with_locks(daemon, limit, limits)
 
 
-def _claim_with_engine(daemon, limit, type_ids, start=False):
+def _claim_with_engine(daemon, limit, type_ids, start=0, inputs=False):
     """Claim with the database's engine; return the tasks, or None when it has no engine
     or a type among ``type_ids`` has a concurrency limit."""
     fast = engine()
     if fast is None:
         return None
-    claimed = run_in_transaction(lambda: fast.claim(daemon, limit, type_ids, start),
+    claimed = run_in_transaction(lambda: fast.claim(daemon, limit, type_ids, start, inputs),
                                  database(), single_statement=fast.ONE_STATEMENT)
     if claimed is None:
         return None
@@ -162,18 +166,19 @@ def _repair_strays(pks):
 
 
 @queue_write
-def _claim_with_locks(daemon, limit, limits, start=False):
+def _claim_with_locks(daemon, limit, limits, start=0, inputs=False):
     """The ORM form: lock the daemon's row, then claim, counting limited types' leases."""
     _lock_daemon(daemon)
     instances, strays = _claim_with_orm(daemon, limit, limits)
     for pk in strays:
         repair_stray_row(pk)
-    if start and instances:
-        for instance in instances:
-            start_attempt(instance.pk, instance.attempt, daemon)
+    for instance in instances[:start]:
+        start_attempt(instance.pk, instance.attempt, daemon)
+    if (start or inputs) and instances:
         position = {instance.pk: index for index, instance in enumerate(instances)}
+        related = ("type", "inputs") if inputs else ("type",)
         instances = sorted(
-            Instance.objects.filter(pk__in=position).select_related("type", "inputs"),
+            Instance.objects.filter(pk__in=position).select_related(*related),
             key=lambda instance: position[instance.pk])
     return instances
 

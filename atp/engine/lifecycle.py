@@ -14,9 +14,11 @@ run again on its own: it is *held*, PAUSED with an unleased queue row that no cl
 takes, until an operator resumes it (``steering.resume``) or re-enqueues it.
 """
 
+import datetime
+
 from django.db import transaction
-from django.db.models import F
-from django.db.models.functions import Now
+from django.db.models import DateTimeField, ExpressionWrapper, F, Subquery
+from django.db.models.functions import Greatest, Now
 
 from atp.db import run_in_transaction
 from atp.engine.base import database, pk_of, queue_write
@@ -26,7 +28,7 @@ from atp.engine.notify import notify_runnable
 from atp.engine.records import store_encoded, store_response
 from atp.engine.transitions import move, refusal, write_history
 from atp.exceptions import InvalidTransition, TaskNotFound
-from atp.models import Instance, Task, Type
+from atp.models import Instance, LogRecord, Task, Type
 from atp.states import IN_FLIGHT, Status, sources_of
 
 
@@ -64,11 +66,20 @@ def _start_and_load(pk, attempt, daemon):
     return Instance.objects.select_related("type", "inputs").get(pk=pk)
 
 
-def start_attempt(pk, attempt, daemon, by=None):
-    """Move task ``pk`` from SCHEDULED to RUNNING on ``attempt``, in the caller's transaction."""
+def start_attempt(pk, attempt, daemon, by=None, *, seconds_ago=None):
+    """Move task ``pk`` from SCHEDULED to RUNNING on ``attempt``, in the caller's transaction.
+
+    ``seconds_ago`` dates the start (and its history entry) that long before now: a
+    prefetched task whose start is written after it began.
+    """
+    at = Now()
+    if seconds_ago:  # never before the entry of its claim
+        last = LogRecord.objects.filter(instance_id=pk).order_by("-time").values("time")[:1]
+        at = Greatest(ExpressionWrapper(Now() - datetime.timedelta(seconds=seconds_ago),
+                                        output_field=DateTimeField()), Subquery(last))
     return move(
         pk, Status.RUNNING, sources={Status.SCHEDULED}, attempt=attempt,
-        changes={"started": Now()}, daemon=daemon, by=by,
+        changes={"started": at}, daemon=daemon, by=by, at=at,
     )
 
 
@@ -102,7 +113,8 @@ def _finish(pk, message, attempt, daemon, response, content_type, by):
 
 def settle(daemon, outcomes):
     """Write the ends of attempts ``daemon`` ran (``atp.engine.outcomes.Outcome``, FINISHED
-    or FAILED) together; return the keys of the tasks written.
+    or FAILED), and the starts not written yet, together; return the keys of the tasks
+    written.
 
     Each is guarded and fenced by its attempt as ``finish`` and ``fail`` are: one whose
     attempt was superseded, or whose task went on (an operator ended or re-enqueued
@@ -132,6 +144,12 @@ def _settle(daemon, outcomes):
 
 def _end(outcome, daemon):
     pk, attempt = outcome.pk, outcome.attempt
+    if outcome.started_ago is not None:
+        if not queue_row(pk).filter(daemon__isnull=False).exists():
+            raise refusal(pk, Status.RUNNING, attempt=attempt)
+        start_attempt(pk, attempt, daemon, seconds_ago=outcome.started_ago)
+        if outcome.status == Status.RUNNING:
+            return
     _leave_queue(pk, attempt, outcome.status)
     if outcome.response is not None:
         store_encoded(pk, *outcome.response)

@@ -5,9 +5,15 @@ writes the outcomes that arrive in the same moment together (``settle``), each s
 guarded, fenced by its attempt and written with its history row. The response is
 encoded in the worker, where the handler's value is, so a response that cannot be
 stored fails the task there with the reason.
+
+A task a worker took from its queue of prefetched tasks (see ``docs/daemon.md``)
+starts before its start is written: its outcome then carries ``started_ago``, and the
+write moves it from SCHEDULED through RUNNING (dated when it started) to its end. A
+task still running when its supervisor writes gets an outcome of its own, RUNNING:
+its start alone.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from atp.conf import conf
 from atp.serialization import encode_response
@@ -15,23 +21,42 @@ from atp.states import Status
 
 #: What an outcome asks for: end the task, or hand it back to the queue.
 ENDINGS = (Status.FINISHED, Status.FAILED, Status.ACCEPTED)
+#: What an outcome may ask for when its task's start is not written yet.
+AFTER_START = (Status.RUNNING, Status.FINISHED, Status.FAILED)
 
 
 @dataclass(frozen=True)
 class Outcome:
     """The end of attempt ``attempt`` of task ``pk``: ``status`` FINISHED (with its encoded
     ``response``, ``(bytes, content type, charset)`` or None), FAILED (``message`` says
-    why) or ACCEPTED (handed back, no restart spent)."""
+    why) or ACCEPTED (handed back, no restart spent).
+
+    ``started_ago`` (seconds) says the attempt started that long before the write and
+    its start is not written yet; with it the status may be RUNNING (started, not ended).
+    """
 
     pk: int
     attempt: int
     status: str
     message: str = ""
     response: tuple = None
+    started_ago: float = None
 
     def __post_init__(self):
-        if self.status not in ENDINGS:
-            raise ValueError(f"an attempt ends {', '.join(ENDINGS)}, not {self.status!r}")
+        if self.started_ago is None:
+            if self.status not in ENDINGS:
+                raise ValueError(f"an attempt ends {', '.join(ENDINGS)}, not {self.status!r}")
+        elif self.status not in AFTER_START:
+            raise ValueError(f"an attempt whose start is not written moves to "
+                             f"{', '.join(AFTER_START)}, not {self.status!r}")
+        elif not self.started_ago >= 0:
+            raise ValueError(f"started_ago is a number of seconds, not {self.started_ago!r}")
+
+    def since_start(self, seconds):
+        """Return this outcome with its start, ``seconds`` ago, to write with it."""
+        if self.status == Status.ACCEPTED:
+            return self  # handed back: it never ran, there is no start to write
+        return replace(self, started_ago=max(0.0, seconds))
 
     @classmethod
     def finished(cls, pk, attempt, result, *, content_type=None, max_bytes=None):
@@ -46,6 +71,11 @@ class Outcome:
     @classmethod
     def failed(cls, pk, attempt, message):
         return cls(pk, attempt, Status.FAILED, message=message)
+
+    @classmethod
+    def started(cls, pk, attempt, seconds_ago):
+        """Return the report of an attempt running for ``seconds_ago`` whose start is unwritten."""
+        return cls(pk, attempt, Status.RUNNING, started_ago=max(0.0, seconds_ago))
 
     @classmethod
     def handed_back(cls, pk, attempt, message):

@@ -26,6 +26,7 @@ from atp.engine.sql import (
     TASK,
     TYPE,
     build,
+    check_start,
     columns,
     one_of,
     stored_fields,
@@ -61,19 +62,23 @@ kinds AS (
 ), alive AS (
     SELECT id FROM {DAEMON} WHERE id = %(daemon)s AND stopped IS NULL FOR KEY SHARE
 ), picked AS (
-    SELECT instance_id FROM {TASK}
+    SELECT instance_id, priority, not_before FROM {TASK}
     WHERE daemon_id IS NULL AND paused_since IS NULL AND not_before <= STATEMENT_TIMESTAMP()
         AND type_id = ANY(ARRAY(SELECT id FROM kinds))
         AND EXISTS (SELECT 1 FROM alive) AND NOT EXISTS (SELECT 1 FROM limited)
     ORDER BY priority DESC, not_before, instance_id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
+), ranked AS (
+    SELECT instance_id, row_number() OVER (ORDER BY priority DESC, not_before, instance_id)
+        <= %(start)s AS starts
+    FROM picked
 ), scheduled AS (
     UPDATE {INSTANCE} i
-    SET status = CASE WHEN %(start)s THEN '{Status.RUNNING}' ELSE '{Status.SCHEDULED}' END,
-        started = CASE WHEN %(start)s THEN STATEMENT_TIMESTAMP() ELSE i.started END,
+    SET status = CASE WHEN ranked.starts THEN '{Status.RUNNING}' ELSE '{Status.SCHEDULED}' END,
+        started = CASE WHEN ranked.starts THEN STATEMENT_TIMESTAMP() ELSE i.started END,
         attempt = i.attempt + 1, daemon_id = %(daemon)s, updated = STATEMENT_TIMESTAMP()
-    FROM picked WHERE i.id = picked.instance_id AND {one_of("i.status", sources_of(Status.SCHEDULED))}
+    FROM ranked WHERE i.id = ranked.instance_id AND {one_of("i.status", sources_of(Status.SCHEDULED))}
     RETURNING {columns(Instance, "i")}
 ), leased AS (
     UPDATE {TASK} t SET daemon_id = %(daemon)s, claimed = STATEMENT_TIMESTAMP(),
@@ -86,7 +91,7 @@ kinds AS (
     FROM scheduled
     UNION ALL
     SELECT id, STATEMENT_TIMESTAMP(), '{Status.RUNNING}', attempt, '', %(label)s, ''
-    FROM scheduled WHERE %(start)s
+    FROM scheduled WHERE status = '{Status.RUNNING}'
 )
 """
 
@@ -104,7 +109,7 @@ FROM (
         {settled} AS settled
 ) AS meta
 LEFT JOIN (scheduled s JOIN {TYPE} ty ON ty.id = s.type_id JOIN leased l ON l.instance_id = s.id
-           LEFT JOIN {INPUTS} inp ON inp.instance_id = s.id AND %(start)s)
+           LEFT JOIN {INPUTS} inp ON inp.instance_id = s.id AND %(inputs)s)
     ON true
 ORDER BY l.priority DESC, l.not_before, s.id
 """
@@ -198,40 +203,40 @@ def with_limit(sql, limit):
     return sql.replace("LIMIT %(limit)s", f"LIMIT {limit}")
 
 
-def claim_parameters(daemon, limit, type_ids, start=False):
+def claim_parameters(daemon, limit, type_ids, start=0, inputs=False):
     """Return the parameters of ``CLAIM``; ``limit`` is written in the statement itself
     (``with_limit``), and kept here for a statement that binds it."""
     return {"types": list(type_ids), "limit": limit, "daemon": daemon.pk,
-            "label": daemon_label(daemon), "start": start}
+            "label": daemon_label(daemon), "start": check_start(start), "inputs": inputs}
 
 
-def claim(daemon, limit, type_ids, start=False):
+def claim(daemon, limit, type_ids, start=0, inputs=False):
     """Lease and schedule up to ``limit`` runnable tasks of the types ``type_ids``; return
     ``(instances, strays)``, or None when one of those types has a concurrency limit
     (claim with the ORM form then).
 
-    With ``start`` the tasks are started too (RUNNING, after their SCHEDULED history
-    entry), and come with their inputs. Raise ``DaemonStopped`` when ``daemon`` was
-    declared stopped.
+    The first ``start`` tasks in claim order are started too (RUNNING, after their
+    SCHEDULED history entry). With ``inputs`` they come with their inputs. Raise
+    ``DaemonStopped`` when ``daemon`` was declared stopped.
     """
-    _, claimed = _claim(with_limit(CLAIM, limit), claim_parameters(daemon, limit, type_ids, start),
-                        daemon, start)
+    _, claimed = _claim(with_limit(CLAIM, limit),
+                        claim_parameters(daemon, limit, type_ids, start, inputs), daemon, inputs)
     return claimed
 
 
-def settle_and_claim(daemon, outcomes, limit, type_ids):
-    """``settle`` then ``claim`` (with ``start``) in one statement, one commit; return
-    ``(keys of the tasks settled, what claim returns)``.
+def settle_and_claim(daemon, outcomes, limit, type_ids, start):
+    """``settle`` then ``claim`` (starting ``start`` tasks, all with their inputs) in one
+    statement, one commit; return ``(keys of the tasks settled, what claim returns)``.
 
     The settle is written even when the claim takes nothing (a limited type met) or
     raises ``DaemonStopped``.
     """
     params = {**settle_parameters(daemon, outcomes),
-              **claim_parameters(daemon, limit, type_ids, start=True)}
+              **claim_parameters(daemon, limit, type_ids, start, inputs=True)}
     return _claim(with_limit(SETTLE_AND_CLAIM, limit), params, daemon, True)
 
 
-def _claim(sql, params, daemon, start):
+def _claim(sql, params, daemon, inputs):
     connection = connections[database()]
     with statement_cursor(connection) as cursor:
         if connection.in_atomic_block or _binds_on_the_client(cursor):
@@ -254,7 +259,7 @@ def _claim(sql, params, daemon, start):
         row = row[4:]
         instance = build(Instance, row[:INSTANCE_WIDTH])
         instance.type = build(Type, row[INSTANCE_WIDTH:INSTANCE_WIDTH + TYPE_WIDTH])
-        if start:
+        if inputs:
             instance.inputs = build(Inputs, row[INSTANCE_WIDTH + TYPE_WIDTH:])
         instances.append(instance)
     return settled, (instances, strays or [])
@@ -348,34 +353,51 @@ def finish(pk, attempt, message, daemon, response, content_type):
 # The ends of many attempts, one row each in ``batch``. Each is the one of ``FINISH``
 # (or its FAILED twin): the queue rows locked first, in key order, and only an
 # attempt that still holds its lease and may move to its state is written; the
-# others are left as they are, and missing from what the statement returns.
+# others are left as they are, and missing from what the statement returns. A row
+# with ``started_ago`` is an attempt whose start is not written yet: it moves from
+# SCHEDULED, through RUNNING (its history entry dated when it started, never before its
+# claim), to its end, or only to RUNNING when it has not ended.
 SETTLE_STEPS = f"""
 batch AS (
     SELECT * FROM unnest(%(pks)s::bigint[], %(attempts)s::bigint[], %(states)s::text[],
-        %(messages)s::text[], %(data)s::bytea[], %(content_types)s::text[], %(charsets)s::text[])
-    AS b(pk, attempt, status, message, data, content_type, charset)
+        %(messages)s::text[], %(data)s::bytea[], %(content_types)s::text[], %(charsets)s::text[],
+        %(started_agos)s::float8[])
+    AS b(pk, attempt, status, message, data, content_type, charset, started_ago)
 ), held AS (
-    SELECT instance_id FROM {TASK}
+    SELECT instance_id, claimed FROM {TASK}
     WHERE instance_id = ANY(%(pks)s::bigint[]) AND daemon_id IS NOT NULL
     ORDER BY instance_id FOR UPDATE
 ), ended AS (
     UPDATE {INSTANCE} i
-    SET status = b.status, finished = STATEMENT_TIMESTAMP(), updated = STATEMENT_TIMESTAMP()
+    SET status = b.status, updated = STATEMENT_TIMESTAMP(),
+        started = CASE WHEN b.started_ago IS NULL THEN i.started ELSE GREATEST(held.claimed,
+            STATEMENT_TIMESTAMP() - make_interval(secs => b.started_ago)) END,
+        finished = CASE WHEN b.status = '{Status.RUNNING}' THEN i.finished
+            ELSE STATEMENT_TIMESTAMP() END
     FROM held, batch b
     WHERE i.id = held.instance_id AND b.pk = i.id AND i.attempt = b.attempt AND (
-        (b.status = '{Status.FINISHED}' AND {one_of("i.status", sources_of(Status.FINISHED))})
-        OR (b.status = '{Status.FAILED}' AND {one_of("i.status", sources_of(Status.FAILED))}))
-    RETURNING i.id, i.attempt, i.status
+        (b.started_ago IS NOT NULL AND i.status = '{Status.SCHEDULED}'
+         AND b.status IN ('{Status.RUNNING}', '{Status.FINISHED}', '{Status.FAILED}'))
+        OR (b.started_ago IS NULL AND b.status = '{Status.FINISHED}'
+            AND {one_of("i.status", sources_of(Status.FINISHED))})
+        OR (b.started_ago IS NULL AND b.status = '{Status.FAILED}'
+            AND {one_of("i.status", sources_of(Status.FAILED))}))
+    RETURNING i.id, i.attempt, i.status, i.started, b.started_ago IS NOT NULL AS starts
 ), dequeued AS (
-    DELETE FROM {TASK} WHERE instance_id IN (SELECT id FROM ended)
+    DELETE FROM {TASK} WHERE instance_id IN (SELECT id FROM ended WHERE status <> '{Status.RUNNING}')
 ), ended_logged AS (
     {LOG_COLUMNS}
-    SELECT e.id, STATEMENT_TIMESTAMP(), e.status, e.attempt, b.message, %(label)s, ''
-    FROM ended e JOIN batch b ON b.pk = e.id ORDER BY e.id
+    SELECT id, time, status, attempt, message, %(label)s, '' FROM (
+        SELECT e.id, e.started AS time, '{Status.RUNNING}' AS status, e.attempt, '' AS message
+        FROM ended e WHERE e.starts
+        UNION ALL
+        SELECT e.id, STATEMENT_TIMESTAMP(), e.status, e.attempt, b.message
+        FROM ended e JOIN batch b ON b.pk = e.id WHERE e.status <> '{Status.RUNNING}'
+    ) AS entries ORDER BY id, time
 ), stored AS (
     INSERT INTO {RESPONSE} (instance_id, data, content_type, charset, size, stored)
     SELECT e.id, b.data, b.content_type, b.charset, length(b.data), STATEMENT_TIMESTAMP()
-    FROM ended e JOIN batch b ON b.pk = e.id WHERE b.data IS NOT NULL
+    FROM ended e JOIN batch b ON b.pk = e.id WHERE b.data IS NOT NULL AND e.status <> '{Status.RUNNING}'
     ON CONFLICT (instance_id) DO UPDATE SET data = EXCLUDED.data,
         content_type = EXCLUDED.content_type, charset = EXCLUDED.charset,
         size = EXCLUDED.size, stored = EXCLUDED.stored
@@ -387,9 +409,9 @@ SETTLE_AND_CLAIM = (f"WITH {SETTLE_STEPS},\n{CLAIM_STEPS}\n"
 
 
 def settle(daemon, outcomes):
-    """Write the ends (FINISHED or FAILED ``Outcome``) of many attempts in one statement;
-    return the keys of the tasks written. An outcome whose attempt was superseded, or
-    whose task is not in a state to end so, writes nothing."""
+    """Write the ends (FINISHED or FAILED ``Outcome``) and unwritten starts of many attempts
+    in one statement; return the keys of the tasks written. An outcome whose attempt was
+    superseded, or whose task is not in a state to move so, writes nothing."""
     with statement_cursor(connections[database()]) as cursor:
         cursor.execute(SETTLE, settle_parameters(daemon, outcomes))
         return {row[0] for row in cursor.fetchall()}
@@ -406,6 +428,7 @@ def settle_parameters(daemon, outcomes):
         "data": [data for data, _, _ in responses],
         "content_types": [content_type for _, content_type, _ in responses],
         "charsets": [charset for _, _, charset in responses],
+        "started_agos": [outcome.started_ago for outcome in outcomes],
         "label": daemon_label(daemon),
     }
 

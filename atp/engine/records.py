@@ -18,7 +18,9 @@ from atp.states import Status
 PROGRESS_MESSAGE_MAX_LENGTH = Instance._meta.get_field("progress_message").max_length
 
 
-RUNS = (Status.RUNNING, Status.PAUSED)
+#: The states in which an attempt's handler runs: SCHEDULED too, for a prefetched task
+#: whose start its supervisor has not written yet (``atp.daemon.prefetch``).
+RUNS = (Status.SCHEDULED, Status.RUNNING, Status.PAUSED)
 
 
 def _check_attempt(pk, attempt):
@@ -94,9 +96,10 @@ def set_progress(instance, done, total=None, message="", *, attempt=None):
     check_progress(done, total)
     message = str(message)
     check_text(message, "a progress message")
-    rows = Instance.objects.filter(pk=pk, status__in=(Status.RUNNING, Status.PAUSED))
-    if attempt is not None:
-        rows = rows.filter(attempt=attempt)
+    if attempt is not None:  # its handler's
+        rows = Instance.objects.filter(pk=pk, status__in=RUNS, attempt=attempt)
+    else:
+        rows = Instance.objects.filter(pk=pk, status__in=(Status.RUNNING, Status.PAUSED))
     updated = rows.update(
         progress_done=done, progress_total=total,
         progress_message=str(message)[:PROGRESS_MESSAGE_MAX_LENGTH], updated=Now(),

@@ -65,3 +65,10 @@ def build(model, values):
             values[index] = converter(values[index], column, connection)
     names = [field.attname for field in model._meta.concrete_fields]
     return model.from_db(connection.alias, names, values)
+
+
+def check_start(start):
+    """Return ``start``, how many claimed tasks a claim starts, checked (True is no count)."""
+    if isinstance(start, bool) or not isinstance(start, int) or start < 0:
+        raise ValueError(f"a claim starts a non-negative number of tasks, not {start!r}")
+    return start

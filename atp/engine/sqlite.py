@@ -32,6 +32,7 @@ from atp.engine.sql import (
     TASK,
     TYPE,
     build,
+    check_start,
     columns,
     one_of,
     stored_fields,
@@ -69,13 +70,16 @@ TYPES = f"SELECT {columns(Type, TYPE)} FROM {TYPE} WHERE is_paused = 0 AND "
 
 
 def _schedule_statement(count, start):
-    """Schedule (with ``start``, start) ``count`` tasks; parameters: the daemon, the
-    moment (with ``start`` twice), the keys."""
-    status, started = (Status.RUNNING, "%s") if start else (Status.SCHEDULED, "started")
+    """Schedule ``count`` tasks, the first ``start`` of which (in the order of their keys'
+    parameters) are started too; parameters: the daemon, the moment (twice), the keys
+    to start, the keys."""
+    started = _in("id", range(start)) if start else "0"
     return (
-        f"UPDATE {INSTANCE} SET status = '{status}', attempt = attempt + 1, "
-        f"daemon_id = %s, updated = %s, started = {started} WHERE {_in('id', range(count))} "
-        f"AND {one_of('status', CLAIMABLE)} RETURNING {columns(Instance, INSTANCE)}"
+        f"UPDATE {INSTANCE} SET status = CASE WHEN {started} THEN '{Status.RUNNING}' "
+        f"ELSE '{Status.SCHEDULED}' END, attempt = attempt + 1, daemon_id = %s, updated = %s, "
+        f"started = CASE WHEN {started} THEN %s ELSE started END "
+        f"WHERE {_in('id', range(count))} AND {one_of('status', CLAIMABLE)} "
+        f"RETURNING {columns(Instance, INSTANCE)}"
     )
 
 
@@ -92,14 +96,16 @@ LEASE = f"UPDATE {TASK} SET daemon_id = %s, claimed = %s, deadline = %s WHERE in
 LOG_ROW = f"{LOG_COLUMNS} VALUES (%s, %s, %s, %s, %s, %s, '')"
 
 
-def claim(daemon, limit, type_ids, start=False):
+def claim(daemon, limit, type_ids, start=0, inputs=False):
     """Lease and schedule up to ``limit`` runnable tasks of the types ``type_ids``; return
     ``(instances, strays)``, or None when one of those types has a concurrency limit
-    (claim with the ORM form then). With ``start`` the tasks are started too (RUNNING,
-    after their SCHEDULED history entry), and come with their inputs.
+    (claim with the ORM form then). The first ``start`` tasks in claim order are
+    started too (RUNNING, after their SCHEDULED history entry). With ``inputs`` they
+    come with their inputs.
 
     Run it in an immediate transaction. Raise ``DaemonStopped``.
     """
+    start = check_start(start)
     connection = connections[database()]
     moment = timezone.now()
     now = _stamp(moment)
@@ -120,8 +126,9 @@ def claim(daemon, limit, type_ids, start=False):
         keys = [row[0] for row in cursor.fetchall()]
         if not keys:
             return [], []
-        moments = [now, now] if start else [now]
-        cursor.execute(_schedule_statement(len(keys), start), [daemon.pk, *moments, *keys])
+        starting = keys[:start]
+        cursor.execute(_schedule_statement(len(keys), len(starting)),
+                       [*starting, daemon.pk, now, *starting, now, *keys])
         instances = {row[0]: build(Instance, row) for row in cursor.fetchall()}
         claimed = []
         for pk in keys:  # in claim order
@@ -133,17 +140,18 @@ def claim(daemon, limit, type_ids, start=False):
             (daemon.pk, now, _stamp(moment + instance.type.timeout), instance.pk)
             for instance in claimed])
         label = daemon_label(daemon)
-        steps = (Status.SCHEDULED, Status.RUNNING) if start else (Status.SCHEDULED,)
         cursor.executemany(LOG_ROW, [
             (instance.pk, now, step, instance.attempt, "", label)
-            for instance in claimed for step in steps])
-        if start and claimed:
+            for instance in claimed
+            for step in ((Status.SCHEDULED, Status.RUNNING)
+                         if instance.status == Status.RUNNING else (Status.SCHEDULED,))])
+        if inputs and claimed:
             pks = [instance.pk for instance in claimed]
             cursor.execute(f"SELECT {columns(Inputs, INPUTS)} FROM {INPUTS} "
                            f"WHERE {_in('instance_id', pks)}", pks)
-            inputs = {row.instance_id: row for row in map(_inputs, cursor.fetchall())}
+            loaded = {row.instance_id: row for row in map(_inputs, cursor.fetchall())}
             for instance in claimed:
-                instance.inputs = inputs[instance.pk]
+                instance.inputs = loaded[instance.pk]
     return claimed, [pk for pk in keys if pk not in instances]
 
 
@@ -219,45 +227,67 @@ def finish(pk, attempt, message, daemon, response, content_type):
 
 # An end is written only while its attempt holds its lease and may move to its state;
 # the queue row goes once the task's row matched (no savepoint to roll back to).
+LEASED = f"EXISTS (SELECT 1 FROM {TASK} WHERE instance_id = %s AND daemon_id IS NOT NULL)"
 END = (
     f"UPDATE {INSTANCE} SET status = %s, finished = %s, updated = %s "
-    "WHERE id = %s AND attempt = %s AND status IN ({sources}) "
-    f"AND EXISTS (SELECT 1 FROM {TASK} WHERE instance_id = %s AND daemon_id IS NOT NULL)"
+    f"WHERE id = %s AND attempt = %s AND status IN ({{sources}}) AND {LEASED}"
 )
 ENDS = {
     target: END.format(sources=", ".join(repr(str(state)) for state in sorted(sources_of(target))))
     for target in (Status.FINISHED, Status.FAILED)
 }
+# An attempt whose start is not written yet: from SCHEDULED to RUNNING, and on to its
+# end when it has one (``finished`` is left as it is for RUNNING).
+# Its start is dated when it started, never before its claim.
+START_AND_END = (
+    f"UPDATE {INSTANCE} SET status = %s, updated = %s, "
+    f"started = MAX(%s, (SELECT claimed FROM {TASK} WHERE instance_id = %s)), "
+    f"finished = CASE WHEN %s = '{Status.RUNNING}' THEN finished ELSE %s END "
+    f"WHERE id = %s AND attempt = %s AND status = '{Status.SCHEDULED}' AND {LEASED} "
+    "RETURNING started"
+)
 
 
 def settle(daemon, outcomes):
-    """Write the ends (FINISHED or FAILED ``Outcome``) of many attempts; return the keys
-    of the tasks written. Run it in an immediate transaction. An outcome whose attempt
-    was superseded, or whose task is not in a state to end so, writes nothing."""
-    now = _stamp(timezone.now())
+    """Write the ends (FINISHED or FAILED ``Outcome``) and unwritten starts of many
+    attempts; return the keys of the tasks written. Run it in an immediate transaction.
+    An outcome whose attempt was superseded, or whose task is not in a state to move
+    so, writes nothing."""
+    moment = timezone.now()
+    now = _stamp(moment)
     label = daemon_label(daemon)
     written = set()
     with connections[database()].cursor() as cursor:
         for outcome in outcomes:
-            pk = outcome.pk
-            cursor.execute(ENDS[outcome.status],
-                           [outcome.status, now, now, pk, outcome.attempt, pk])
-            if cursor.rowcount != 1:
+            pk, attempt, status = outcome.pk, outcome.attempt, outcome.status
+            if outcome.started_ago is None:
+                cursor.execute(ENDS[status], [status, now, now, pk, attempt, pk])
+                if cursor.rowcount != 1:
+                    continue
+            else:
+                began = _stamp(moment - datetime.timedelta(seconds=outcome.started_ago))
+                cursor.execute(START_AND_END,
+                               [status, now, began, pk, status, now, pk, attempt, pk])
+                row = cursor.fetchone()
+                if row is None:
+                    continue
+                cursor.execute(LOG_ROW, [pk, row[0], Status.RUNNING, attempt, "", label])
+            written.add(pk)
+            if status == Status.RUNNING:
                 continue
             cursor.execute(DEQUEUE, [pk])
-            cursor.execute(LOG_ROW, [pk, now, outcome.status, outcome.attempt, outcome.message,
-                                     label])
+            cursor.execute(LOG_ROW, [pk, now, status, attempt, outcome.message, label])
             if outcome.response is not None:
                 data, content_type, charset = outcome.response
                 cursor.execute(STORE, [pk, data, content_type, charset, len(data), now])
-            written.add(pk)
     return written
 
 
-def settle_and_claim(daemon, outcomes, limit, type_ids):
-    """``settle`` then ``claim`` (with ``start``); return ``(keys of the tasks settled, what
-    claim returns)``. Run it in an immediate transaction: one commit for both."""
-    return settle(daemon, outcomes), claim(daemon, limit, type_ids, start=True)
+def settle_and_claim(daemon, outcomes, limit, type_ids, start):
+    """``settle`` then ``claim`` (starting ``start`` tasks, all with their inputs); return
+    ``(keys of the tasks settled, what claim returns)``. Run it in an immediate
+    transaction: one commit for both."""
+    return settle(daemon, outcomes), claim(daemon, limit, type_ids, start, inputs=True)
 
 
 def _insert_statement(model, *, returning=""):

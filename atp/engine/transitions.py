@@ -14,13 +14,15 @@ from atp.serialization import check_text
 from atp.states import describe_refusal, is_allowed
 
 
-def move(pk, target, *, sources, attempt=None, changes=None, message="", daemon=None, by=None):
+def move(pk, target, *, sources, attempt=None, changes=None, message="", daemon=None, by=None,
+         at=None):
     """Move task ``pk`` from one of ``sources`` to ``target`` and log it; return its attempt.
 
     Run inside a queue transaction. The row changes only while it is still in one of
     ``sources`` and still on ``attempt`` when one is given (fencing); otherwise raise
     ``AttemptSuperseded``, ``InvalidTransition`` or ``TaskNotFound`` and change
-    nothing. ``by`` names the person who asked for it.
+    nothing. ``by`` names the person who asked for it; ``at`` dates the history entry
+    (an expression; default: now).
     """
     illegal = [source for source in sources if not is_allowed(source, target)]
     if illegal:
@@ -32,16 +34,16 @@ def move(pk, target, *, sources, attempt=None, changes=None, message="", daemon=
         raise refusal(pk, target, attempt=attempt)
     if attempt is None:
         attempt = Instance.objects.filter(pk=pk).values_list("attempt", flat=True).get()
-    write_history(pk, target, attempt, message, daemon, by=by)
+    write_history(pk, target, attempt, message, daemon, by=by, at=at)
     return attempt
 
 
-def write_history(pk, status, attempt, message, daemon=None, *, by=None):
+def write_history(pk, status, attempt, message, daemon=None, *, by=None, at=None):
     """Add an entry to task ``pk``'s history; raise ``InvalidParameter`` for a message
     no database stores (the caller's transaction then rolls back)."""
     check_text(message, "a history message")
     LogRecord.objects.create(
-        instance_id=pk, time=Now(), status=status, attempt=attempt, message=message,
+        instance_id=pk, time=Now() if at is None else at, status=status, attempt=attempt, message=message,
         daemon=daemon_label(daemon), actor=actor_label(by),
     )
 

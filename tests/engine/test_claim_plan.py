@@ -195,10 +195,10 @@ def test_the_plan_kept_for_the_daemons_round_reads_each_row_by_its_key(
             cursor.execute("ANALYZE atp_task")
             cursor.execute("ANALYZE atp_instance")
     outcomes = [Outcome.finished(0, 1, None)]  # no such task: written as nothing
-    settled, claimed = engine.settle_and_claim(daemon, outcomes, 4, [noop_type.pk])
+    settled, claimed = engine.settle_and_claim(daemon, outcomes, 4, [noop_type.pk], start=4)
     assert (settled, len(claimed)) == (set(), 4)
     params = {**postgresql.settle_parameters(daemon, outcomes),
-              **postgresql.claim_parameters(daemon, 4, [noop_type.pk], start=True)}
+              **postgresql.claim_parameters(daemon, 4, [noop_type.pk], start=4, inputs=True)}
     plan = kept_plan(postgresql.with_limit(postgresql.SETTLE_AND_CLAIM, 4), params)
     nodes = list(_nodes(plan[0]["Plan"]))
     reads = [(node["Relation Name"], node["Node Type"], node.get("Index Name"))

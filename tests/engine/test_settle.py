@@ -34,7 +34,7 @@ def test_a_claim_that_starts_returns_running_tasks_with_their_inputs(db, daemon,
     first = atp.enqueue("tests.echo", {"n": 1}, priority=1)
     second = atp.enqueue("tests.echo", {"n": 2})
     type_ids = [first.type_id]
-    claimed = engine.claim_for_daemon(daemon, 3, type_ids, start=True)
+    claimed = engine.claim_for_daemon(daemon, 3, type_ids, start=3)
     assert [task.pk for task in claimed] == [first.pk, second.pk]
     assert [task.inputs.load() for task in claimed] == [{"n": 1}, {"n": 2}]
     for task in claimed:
@@ -52,6 +52,84 @@ def test_a_claim_that_does_not_start_leaves_the_tasks_scheduled(noop_type, daemo
     stored = Instance.objects.get(pk=queued.pk)
     assert (stored.status, stored.started) == (Status.SCHEDULED, None)
     assert claimed.status == Status.SCHEDULED
+
+
+@pytest.mark.parametrize("limited", [False, True], ids=["plain", "concurrency-limited"])
+def test_a_claim_starts_only_its_first_tasks_and_loads_the_inputs_of_all(db, daemon, limited):
+    """The supervisor starts at once what its idle workers take; the rest it prefetches
+    for its workers' queues: SCHEDULED, leased, loaded, in claim order after them."""
+    atp.register_task_type("tests.echo", "tests.handlers.echo",
+                           max_concurrency=5 if limited else None)
+    tasks = [atp.enqueue("tests.echo", {"n": n}, priority=3 - n) for n in range(3)]
+    claimed = engine.claim_for_daemon(daemon, 3, [tasks[0].type_id], start=1)
+    assert [task.pk for task in claimed] == [task.pk for task in tasks]
+    assert [task.inputs.load() for task in claimed] == [{"n": n} for n in range(3)]
+    assert [task.status for task in claimed] == [
+        Status.RUNNING, Status.SCHEDULED, Status.SCHEDULED]
+    stored = Instance.objects.in_bulk([task.pk for task in tasks])
+    assert [stored[task.pk].status for task in tasks] == [
+        Status.RUNNING, Status.SCHEDULED, Status.SCHEDULED]
+    assert stored[tasks[1].pk].started is None
+    assert [len(history(task)) for task in tasks] == [3, 2, 2]
+    assert Task.objects.filter(daemon=daemon).count() == 3
+
+
+def test_a_claim_refuses_a_start_that_is_no_count(noop_type, daemon):
+    atp.enqueue("tests.noop")
+    for start in (True, -1, 1.0):
+        with pytest.raises(ValueError, match="non-negative number of tasks"):
+            engine.claim_for_daemon(daemon, 1, [noop_type.pk], start=start)
+    assert Task.objects.filter(daemon__isnull=False).count() == 0
+
+
+def test_settle_writes_the_start_a_prefetched_task_had_with_its_end_or_alone(noop_type, daemon):
+    """A task a worker took from its queue started before its start was written: the
+    write moves it through RUNNING, dated when it started, to its end; a task still
+    running gets its start alone, and keeps its lease."""
+    ended, failed, still = (atp.enqueue("tests.noop") for _ in range(3))
+    claimed = engine.claim_for_daemon(daemon, 3, [noop_type.pk], start=0)
+    assert {task.status for task in claimed} == {Status.SCHEDULED}
+    written = settle(daemon, [
+        Outcome.finished(ended.pk, 1, "done").since_start(0.2),
+        Outcome.failed(failed.pk, 1, "Traceback: boom").since_start(0.1),
+        Outcome.started(still.pk, 1, 0.3),
+    ])
+    assert written == {ended.pk, failed.pk, still.pk}
+    rows = Instance.objects.in_bulk([ended.pk, failed.pk, still.pk])
+    assert [rows[pk].status for pk in (ended.pk, failed.pk, still.pk)] == [
+        Status.FINISHED, Status.FAILED, Status.RUNNING]
+    assert rows[still.pk].finished is None
+    for task in (ended, failed, still):
+        steps = list(LogRecord.objects.filter(instance_id=task.pk).order_by("time", "id")
+                     .values_list("status", "time"))
+        assert [status for status, _ in steps][:3] == [
+            Status.ACCEPTED, Status.SCHEDULED, Status.RUNNING]
+        scheduled_at, started_at = steps[1][1], steps[2][1]
+        assert scheduled_at <= started_at == rows[task.pk].started
+        if task is not still:
+            assert started_at < rows[task.pk].finished == steps[3][1]
+    assert history(ended)[-1] == (Status.FINISHED, 1, "", str(daemon))
+    assert history(failed)[-1] == (Status.FAILED, 1, "Traceback: boom", str(daemon))
+    assert atp.get_response(ended).text == "done"
+    assert list(Task.objects.filter(daemon=daemon).values_list("pk", flat=True)) == [still.pk]
+    # Started once: its start is not written twice, and its end is an ordinary one now.
+    assert settle(daemon, [Outcome.started(still.pk, 1, 0.5)]) == set()
+    assert settle(daemon, [Outcome.finished(still.pk, 1, None)]) == {still.pk}
+
+
+def test_settle_refuses_the_start_of_a_prefetched_task_an_operator_took(noop_type, daemon):
+    cancelled, superseded, good = (atp.enqueue("tests.noop") for _ in range(3))
+    engine.claim_for_daemon(daemon, 3, [noop_type.pk], start=0)
+    atp.cancel(cancelled)
+    engine.restart(superseded, "daemon lost", attempt=1)
+    before = [snapshot(task) for task in (cancelled, superseded)]
+    written = settle(daemon, [
+        Outcome.finished(cancelled.pk, 1, None).since_start(0.1),
+        Outcome.started(superseded.pk, 1, 0.1),
+        Outcome.started(good.pk, 1, 0.1),
+    ])
+    assert written == {good.pk}
+    assert [snapshot(task) for task in (cancelled, superseded)] == before
 
 
 def test_settle_writes_each_end_with_its_history_and_its_response(noop_type, daemon):
@@ -119,6 +197,12 @@ def test_an_outcome_checks_its_response_where_it_is_made():
     assert Outcome.finished(1, 1, b"x" * 20, max_bytes=20).response[0] == b"x" * 20
     with pytest.raises(ValueError, match="an attempt ends"):
         Outcome(1, 1, Status.RUNNING)
+    with pytest.raises(ValueError, match="whose start is not written moves to"):
+        Outcome(1, 1, Status.ACCEPTED, started_ago=0.5)
+    with pytest.raises(ValueError, match="a number of seconds"):
+        Outcome(1, 1, Status.RUNNING, started_ago=-1)
+    handed_back = Outcome.handed_back(1, 1, "not ours")
+    assert handed_back.since_start(2.0) is handed_back  # it never ran: no start to write
 
 
 @pytest.mark.parametrize("limited", [False, True], ids=["plain", "concurrency-limited"])
@@ -129,7 +213,7 @@ def test_settle_and_claim_writes_the_ends_and_starts_the_next_tasks(db, daemon, 
     waiting = [atp.enqueue("tests.echo", {"n": n}) for n in range(3)]
     running(done, daemon)
     settled, claimed = engine.settle_and_claim(
-        daemon, [Outcome.finished(done.pk, 1, {"ok": True})], 5, [done.type_id])
+        daemon, [Outcome.finished(done.pk, 1, {"ok": True})], 5, [done.type_id], start=5)
     assert settled == {done.pk}
     assert Instance.objects.get(pk=done.pk).status == Status.FINISHED
     assert atp.get_response(done).json() == {"ok": True}
@@ -154,7 +238,7 @@ def test_settle_and_claim_is_one_statement_on_postgresql(noop_type, daemon):
     running(done, daemon)
     with CaptureQueriesContext(connection) as queries:
         settled, claimed = engine.settle_and_claim(
-            daemon, [Outcome.finished(done.pk, 1, None)], 1, [noop_type.pk])
+            daemon, [Outcome.finished(done.pk, 1, None)], 1, [noop_type.pk], start=1)
     assert settled == {done.pk} and len(claimed) == 1
     statements = [query["sql"] for query in queries
                   if "SAVEPOINT" not in (query["sql"] or "")]  # of the test's transaction
@@ -170,7 +254,7 @@ def test_settle_and_claim_for_a_stopped_daemon_claims_nothing(noop_type, daemon)
     running(done, daemon)
     engine.reap_daemon(daemon, "declared dead")
     with pytest.raises(DaemonStopped):
-        engine.settle_and_claim(daemon, [Outcome.finished(done.pk, 1, None)], 1, [noop_type.pk])
+        engine.settle_and_claim(daemon, [Outcome.finished(done.pk, 1, None)], 1, [noop_type.pk], start=1)
     assert not Task.objects.filter(daemon__isnull=False).exists()
 
 
@@ -197,7 +281,7 @@ def test_the_daemons_statements_run_prepared_or_not(noop_type, daemon, settings,
     running(done, daemon)
     before = held()
     settled, claimed = engine.settle_and_claim(
-        daemon, [Outcome.finished(done.pk, 1, None)], 1, [noop_type.pk])
+        daemon, [Outcome.finished(done.pk, 1, None)], 1, [noop_type.pk], start=1)
     assert settled == {done.pk} and len(claimed) == 1
     if chosen() is postgresql:
         assert held() > 0 if prepared else held() == before
@@ -218,11 +302,11 @@ def test_a_round_the_database_refuses_writes_nothing_and_leaves_the_connection_u
     before = [snapshot(done), snapshot(waiting)]
     with pytest.raises((DatabaseError, ValueError)):  # PostgreSQL stores no NUL in text
         engine.settle_and_claim(daemon, [Outcome.failed(done.pk, 1, "a\x00b")], 1,
-                                [noop_type.pk])
+                                [noop_type.pk], start=1)
     assert not connection.in_atomic_block
     assert [snapshot(done), snapshot(waiting)] == before
     settled, claimed = engine.settle_and_claim(
-        daemon, [Outcome.failed(done.pk, 1, "a-b")], 1, [noop_type.pk])
+        daemon, [Outcome.failed(done.pk, 1, "a-b")], 1, [noop_type.pk], start=1)
     assert settled == {done.pk} and [task.pk for task in claimed] == [waiting.pk]
 
 

@@ -9,7 +9,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from atp.conf import conf
 from atp.daemon import DaemonConfig, Supervisor
-from atp.daemon.config import default_workers
+from atp.daemon.config import DEFAULT_PREFETCH, default_workers
 from atp.exceptions import AtpError
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -31,6 +31,7 @@ def _number(kind, minimum, *, inclusive):
 
 
 positive_int = _number(int, 0, inclusive=False)
+non_negative_int = _number(int, 0, inclusive=True)
 positive_float = _number(float, 0, inclusive=False)
 non_negative_float = _number(float, 0, inclusive=True)
 
@@ -80,6 +81,12 @@ class Command(BaseCommand):
             "(default: ATP_POLL_INTERVAL_SECONDS, 1).",
         )
         parser.add_argument(
+            "--prefetch", type=non_negative_int, default=DEFAULT_PREFETCH, metavar="N",
+            help="Queue up to N claimed tasks behind each worker's running one when tasks are "
+            "shorter than the daemon's database round; the queue follows the tasks' pace and "
+            "is empty for long tasks. 0: never (default %(default)s).",
+        )
+        parser.add_argument(
             "--allow-root", action="store_true",
             help="Run as root although ATP_PICKLE_ENABLED is on (a forged pickle would then "
             "run code as root).",
@@ -110,6 +117,7 @@ class Command(BaseCommand):
                 max_memory_per_child_mb=options["max_memory_per_child"],
                 shutdown_timeout=options["shutdown_timeout"],
                 poll_interval=options["poll_interval"],
+                prefetch=options["prefetch"],
             )
             exit_code = Supervisor(config).run()
         except AtpError as exc:

@@ -1,0 +1,91 @@
+"""How many tasks a daemon takes ahead of its workers, and which worker gets which.
+
+A worker that ends a task and waits for the supervisor's next database round before
+it gets another spends most of its time waiting when tasks are short: the round
+takes milliseconds, a no-op task a fraction of one. So each worker gets a short queue:
+the task it runs, and behind it as many as it will finish, at its recent pace, by
+the time the supervisor's next round can give it more. Those are *prefetched*:
+claimed and leased (SCHEDULED), not started; each starts when its worker reaches it,
+and its start is written with the supervisor's next round (dated when it began).
+
+The queue is only as deep as the pace calls for: a task that takes longer than a
+round leaves no queue behind it at all (the worker gets its next task when it is
+free, as without prefetch), so prefetch never keeps waiting a task that another idle
+daemon could start sooner by more than about one round. ``--prefetch N`` caps the
+tasks queued behind each worker's running one; 0 turns prefetch off.
+"""
+
+import math
+
+from atp.states import Status
+
+#: How fast the pace follows a shorter task than it expects (a longer one counts at once).
+EASING = 0.2
+#: How many rounds' worth of tasks a queue holds: a margin for a round slower than usual.
+ROUNDS_AHEAD = 1.5
+
+
+class Pace:
+    """The recent length of a task and of the supervisor's work between two claims."""
+
+    def __init__(self, cap):
+        self.cap = cap
+        self.task_seconds = None
+        self.round_seconds = None
+
+    def task_ended(self, seconds):
+        """Note a task that ran ``seconds``; a longer one than expected counts at once."""
+        seconds = max(seconds, 1e-6)
+        if self.task_seconds is None or seconds > self.task_seconds:
+            self.task_seconds = seconds
+        else:
+            self.task_seconds += (seconds - self.task_seconds) * EASING
+
+    def setback(self):
+        """Note a worker that died running a task: no queues until tasks are seen short
+        again, so that tasks queued behind crashing ones do not come back over and over."""
+        if self.round_seconds is not None:
+            self.task_seconds = max(self.task_seconds or 0.0, ROUNDS_AHEAD * self.round_seconds)
+
+    def round_took(self, seconds):
+        """Note how long the supervisor was busy between two waits."""
+        if self.round_seconds is None:
+            self.round_seconds = seconds
+        else:
+            self.round_seconds += (seconds - self.round_seconds) * EASING
+
+    def depth(self):
+        """Return how many tasks each worker should have: its running one and those queued."""
+        if not self.cap or self.task_seconds is None or self.round_seconds is None:
+            return 1
+        ahead = math.ceil(ROUNDS_AHEAD * self.round_seconds / self.task_seconds) - 1
+        return 1 + max(0, min(self.cap, ahead))
+
+
+def distribute(instances, workers, depth):
+    """Return ``(worker, instance)`` pairs giving the tasks of a claim (in claim order)
+    to ``workers`` for queues ``depth`` long, and the tasks left over.
+
+    The started tasks (RUNNING: as many as idle workers, claimed first) go to idle
+    workers; the others to the idle workers left, then each to the worker with the
+    shortest queue, so that the next task in claim order is the next to start.
+    """
+    idle = [worker for worker in workers if worker.is_idle]
+    room = {id(worker): worker.free_slots(depth) for worker in workers}
+    sizes = {id(worker): len(worker.queue) for worker in workers}
+    pairs, left = [], []
+    ordered = ([i for i in instances if i.status == Status.RUNNING]
+               + [i for i in instances if i.status != Status.RUNNING])
+    for instance in ordered:
+        if idle:
+            worker = idle.pop(0)
+        else:
+            open_workers = [w for w in workers if room[id(w)] > 0]
+            if not open_workers or instance.status == Status.RUNNING:
+                left.append(instance)
+                continue
+            worker = min(open_workers, key=lambda w: sizes[id(w)])
+        room[id(worker)] -= 1
+        sizes[id(worker)] += 1
+        pairs.append((worker, instance))
+    return pairs, left

@@ -20,7 +20,7 @@ import math
 from atp.states import Status
 
 #: How fast the pace follows a shorter task than it expects (a longer one counts at once).
-EASING = 0.2
+EASING = 0.1
 #: How many rounds' worth of tasks a queue holds: a margin for a round slower than usual.
 ROUNDS_AHEAD = 1.5
 

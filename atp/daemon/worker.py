@@ -20,7 +20,6 @@ import select
 import signal
 import threading
 import time
-from pathlib import Path
 
 import psutil
 
@@ -162,12 +161,19 @@ def _end_attempt_processes():
 
 
 def _has_children():
-    """Return whether this process has a child (a zombie counts), asking the kernel cheaply."""
+    """Return whether this process has a child (a zombie counts), asking the kernel cheaply:
+    a byte of any of its threads' ``children`` files (a few microseconds a task)."""
     try:
-        return any((task / "children").read_text().strip()
-                   for task in Path("/proc/self/task").iterdir())
+        for thread in os.listdir("/proc/self/task"):
+            fd = os.open(f"/proc/self/task/{thread}/children", os.O_RDONLY)
+            try:
+                if os.read(fd, 1):
+                    return True
+            finally:
+                os.close(fd)
     except OSError:
         return True  # no such files here: look the slow way
+    return False
 
 
 def _kill_the_rest():

@@ -251,8 +251,7 @@ class Supervisor:
             return
         worker.is_suspended = False  # a task can only end running: a pause came too late
         worker.tasks_done += 1
-        # A freed place is claimed for when the last claim was full (or a notification
-        # came); otherwise the queue was empty then, and the round only writes.
+        self.should_claim = True  # a place is free, and so may be a slot of a limited type
         limit_tasks = self.config.max_tasks_per_child
         limit_mb = self.config.max_memory_per_child_mb
         if self.drain_deadline is not None:

@@ -1,6 +1,7 @@
 """Prefetch: short tasks queued behind each worker's running one, claimed SCHEDULED and
 started when the worker reaches them (``atp.daemon.prefetch``)."""
 
+import itertools
 import os
 import signal
 from types import SimpleNamespace
@@ -141,6 +142,32 @@ def test_short_tasks_are_claimed_in_batches_with_their_whole_history(start_daemo
             Status.ACCEPTED, Status.SCHEDULED, Status.RUNNING, Status.FINISHED]
         assert steps[2][1] == instance.started and steps[3][1] == instance.finished
         assert instance.created <= steps[1][1] <= instance.started <= instance.finished
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_one_worker_runs_a_prefetched_queue_in_claim_order(start_daemon):
+    atp.register_task_type("tests.clock", "tests.handlers.report_clock")
+    atp.register_task_type("tests.limited", "tests.handlers.noop", max_concurrency=1)
+    tasks = [atp.enqueue("tests.clock", priority=(n * 7) % 5) for n in range(150)]
+    limited = atp.enqueue_many("tests.limited", [{}] * 20)
+    daemon = start_daemon("--burst", "--workers", 1)
+    assert daemon.wait(60) == 0, daemon.output()
+    # The order they ran in, by the worker's clock (a start written after it began is
+    # dated to within a millisecond or so: too coarse for tasks this short).
+    ran = sorted((atp.get_response(task).json()["ns"], task.priority, task.pk) for task in tasks)
+    assert [row[1:] for row in ran] == sorted((row[1:] for row in ran),
+                                              key=lambda row: (-row[0], row[1]))
+    assert len(claims(tasks)) < 75
+    # A type with a concurrency limit counts its prefetched tasks: never two leased,
+    # from their claim to their end.
+    assert set(Instance.objects.filter(pk__in=[t.pk for t in limited])
+               .values_list("status", flat=True)) == {Status.FINISHED}
+    leases = sorted(
+        (LogRecord.objects.get(instance_id=task.pk, status=Status.SCHEDULED).time,
+         Instance.objects.get(pk=task.pk).finished) for task in limited)
+    for (_, ended), (claimed, _) in itertools.pairwise(leases):
+        assert ended <= claimed
 
 
 @pytest.mark.slow

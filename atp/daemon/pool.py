@@ -82,13 +82,15 @@ class Worker:
             room = min(room, self.max_tasks - self.tasks_done - len(self.queue))
         return max(0, room)
 
-    def assign(self, assignment, task):
-        """Give the worker ``task``, loaded with its type and inputs, to run after the
-        ones it has."""
-        self.queue.append(assignment)
-        self.channel.send((
-            "run", task, assignment.attempt, assignment.handler, str(assignment.daemon)
-        ))
+    def assign(self, given):
+        """Give the worker tasks to run, in order, after the ones it has: ``given`` holds
+        ``(assignment, task)`` pairs, each task loaded with its type and inputs. One
+        message for all (their types pickled once)."""
+        self.queue.extend(assignment for assignment, _ in given)
+        self.channel.send(("run", [
+            (task, assignment.attempt, assignment.handler, str(assignment.daemon))
+            for assignment, task in given
+        ]))
 
     def finished(self):
         """Take the task the worker ran off its queue; return it."""

@@ -451,17 +451,19 @@ class Supervisor:
             else:
                 self._hand_back_unknown(instance)
         pairs, left = distribute(runnable, workers, depth)
+        given = {}
         for worker, instance in pairs:
             task_type = instance.type
-            assignment = Assignment(
+            given.setdefault(worker, []).append((Assignment(
                 instance.pk, instance.attempt, task_type.identifier, task_type.handler,
                 task_type.timeout.total_seconds(), daemon=self.daemon,
                 start_written=instance.status == Status.RUNNING,
-            )
+            ), instance))
+        for worker, tasks in given.items():
             try:
-                worker.assign(assignment, instance)
+                worker.assign(tasks)
             except OSError:
-                pass  # the worker just died: its death restarts or hands back the task
+                pass  # the worker just died: its death restarts or hands back the tasks
         for instance in left:
             self._hand_back_unclaimed(instance)
         if self.config.burst and not instances and not self.pool.busy():

@@ -44,11 +44,11 @@ _running = threading.Event()
 
 
 def worker_main(channel, lease_deadline, dropping, parent_pid, inherited_fds):
-    """Run in the forked child: serve ``("run", task, attempt, handler, daemon)`` until
-    ``("stop",)``, in order, answering each with ``("done", pk, attempt, outcome, at)``
-    (``at``: this host's monotonic clock when it ended, when the next one starts), or,
-    once ``dropping`` is set (the daemon stops), with ``("dropped", pk, attempt)``
-    without running it.
+    """Run in the forked child: serve ``("run", [(task, attempt, handler, daemon), ...])``
+    until ``("stop",)``, task after task, answering each with ``("done", pk, attempt,
+    outcome, at)`` (``at``: this host's monotonic clock when it ended, when the next one
+    starts), or, once ``dropping`` is set (the daemon stops), with ``("dropped", pk,
+    attempt)`` without running it.
 
     ``task`` is the ``Instance`` with its type and inputs: the worker writes nothing of
     its state, its supervisor does.
@@ -78,22 +78,25 @@ def worker_main(channel, lease_deadline, dropping, parent_pid, inherited_fds):
             _end_group(EXIT_PARENT_GONE)
         if message[0] == "stop":
             break
-        _, task, attempt, handler, daemon = message
-        if dropping.value:
-            answer = ("dropped", task.pk, attempt)
-        else:
-            _running.set()
+        for task, attempt, handler, daemon in message[1]:
             try:
-                outcome = execute(task, attempt, handler, daemon)
-            finally:
-                _running.clear()
-                _end_attempt_processes()
-            answer = ("done", task.pk, attempt, outcome, time.monotonic())
-        try:
-            channel.send(answer)
-        except OSError:  # the supervisor is gone: so is this worker, and its group
-            _end_group(EXIT_PARENT_GONE)
+                channel.send(_run(task, attempt, handler, daemon, dropping))
+            except OSError:  # the supervisor is gone: so is this worker, and its group
+                _end_group(EXIT_PARENT_GONE)
     close_connections()
+
+
+def _run(task, attempt, handler, daemon, dropping):
+    """Run one task, unless the daemon stops; return the answer to send."""
+    if dropping.value:
+        return ("dropped", task.pk, attempt)
+    _running.set()
+    try:
+        outcome = execute(task, attempt, handler, daemon)
+    finally:
+        _running.clear()
+        _end_attempt_processes()
+    return ("done", task.pk, attempt, outcome, time.monotonic())
 
 
 def _signal_pipe():

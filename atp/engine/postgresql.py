@@ -252,13 +252,15 @@ def _claim(sql, params, daemon, inputs):
         raise DaemonStopped(f"daemon {daemon} was declared stopped; it claims nothing")
     if limited:
         return settled, None
-    instances = []
+    instances, types = [], {}
     for row in rows:
         if row[4] is None:
             continue
         row = row[4:]
         instance = build(Instance, row[:INSTANCE_WIDTH])
-        instance.type = build(Type, row[INSTANCE_WIDTH:INSTANCE_WIDTH + TYPE_WIDTH])
+        if instance.type_id not in types:  # one object per type of the claim
+            types[instance.type_id] = build(Type, row[INSTANCE_WIDTH:INSTANCE_WIDTH + TYPE_WIDTH])
+        instance.type = types[instance.type_id]
         if inputs:
             instance.inputs = build(Inputs, row[INSTANCE_WIDTH + TYPE_WIDTH:])
         instances.append(instance)

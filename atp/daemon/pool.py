@@ -47,6 +47,7 @@ class Worker:
         self.process = process
         self.channel = channel
         self.queue = deque()  # Assignments, the running one first
+        self.inflight = 0  # about how many bytes of its queue's tasks were sent to it
         self.max_tasks = max_tasks  # it is recycled after that many
         self.tasks_done = 0
         self.is_retiring = False
@@ -74,8 +75,11 @@ class Worker:
         return not self.queue and not self.is_retiring
 
     def free_slots(self, depth):
-        """Return how many more tasks the worker may be given for a queue ``depth`` long."""
+        """Return how many more tasks the worker may be given for a queue ``depth`` long:
+        none behind a task that is paused or being stopped."""
         if self.is_retiring:
+            return 0
+        if self.queue and (self.is_suspended or self.queue[0].ending is not None):
             return 0
         room = depth - len(self.queue)
         if self.max_tasks:
@@ -87,6 +91,7 @@ class Worker:
         ``(assignment, task)`` pairs, each task loaded with its type and inputs. One
         message for all (their types pickled once)."""
         self.queue.extend(assignment for assignment, _ in given)
+        self.inflight += sum(assignment.size for assignment, _ in given)
         self.channel.send(("run", [
             (task, assignment.attempt, assignment.handler, str(assignment.daemon))
             for assignment, task in given
@@ -94,7 +99,9 @@ class Worker:
 
     def finished(self):
         """Take the task the worker ran off its queue; return it."""
-        return self.queue.popleft()
+        assignment = self.queue.popleft()
+        self.inflight -= assignment.size
+        return assignment
 
     def retire(self):
         """Ask the worker to exit once it is idle (recycling)."""
@@ -213,9 +220,15 @@ class WorkerPool:
             except (EOFError, OSError):
                 continue  # the worker died; collect_dead reports it
 
-    def collect_dead(self):
-        """Remove the workers that exited, killing what is left of their groups; return them."""
-        dead = [worker for worker in self.workers if not worker.process.is_alive()]
+    def dead(self):
+        """Return the workers that have exited. Read their messages before collecting
+        them: a worker's last answers may be waiting in its channel."""
+        return [worker for worker in self.workers if not worker.process.is_alive()]
+
+    def collect_dead(self, dead=None):
+        """Remove the workers that exited (``dead``, by default those of now), killing what
+        is left of their groups; return them."""
+        dead = self.dead() if dead is None else dead
         for worker in dead:
             worker.process.join()
             worker.channel.close()

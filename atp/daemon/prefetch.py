@@ -8,11 +8,14 @@ the time the supervisor's next round can give it more. Those are *prefetched*:
 claimed and leased (SCHEDULED), not started; each starts when its worker reaches it,
 and its start is written with the supervisor's next round (dated when it began).
 
-The queue is only as deep as the pace calls for: a task that takes longer than a
-round leaves no queue behind it at all (the worker gets its next task when it is
-free, as without prefetch), so prefetch never keeps waiting a task that another idle
-daemon could start sooner by more than about one round. ``--prefetch N`` caps the
-tasks queued behind each worker's running one; 0 turns prefetch off.
+The queue is only as deep as the pace calls for: once tasks take longer than a round
+no queue is made (the worker gets its next task when it is free, as without
+prefetch), and nothing more is queued behind a task that already runs longer than
+that, is paused or is being stopped. What was queued before it waits for it: the pace
+is of the tasks that ran, not of those to come (see docs/daemon.md). ``--prefetch N``
+caps the tasks queued behind each worker's running one; 0 turns prefetch off. A busy
+worker's pipe never holds more than ``PIPE_BUDGET`` bytes of tasks, so that sending
+them never blocks the supervisor; the tasks that do not fit wait in the supervisor.
 """
 
 import math
@@ -23,6 +26,19 @@ from atp.states import Status
 EASING = 0.1
 #: How many rounds' worth of tasks a queue holds: a margin for a round slower than usual.
 ROUNDS_AHEAD = 1.5
+#: The most bytes of tasks a busy worker may have waiting in its pipe, unread: well under
+#: what the pipe holds (about 200 KiB on Linux), so that handing tasks out never blocks
+#: the supervisor on a worker busy running one.
+PIPE_BUDGET = 96 * 1024
+#: What a task weighs in the pipe besides its inputs (its row; its type's is sent once a
+#: message): about 700 bytes pickled, rounded up.
+TASK_OVERHEAD = 1024
+
+
+def weight(instance):
+    """Return about how many bytes ``instance`` (with its inputs) takes in a worker's pipe."""
+    inputs = getattr(instance, "inputs", None)
+    return TASK_OVERHEAD + len(getattr(inputs, "data", "") or "")
 
 
 class Pace:
@@ -61,31 +77,48 @@ class Pace:
         ahead = math.ceil(ROUNDS_AHEAD * self.round_seconds / self.task_seconds) - 1
         return 1 + max(0, min(self.cap, ahead))
 
+    def is_overdue(self, running_seconds):
+        """Return whether a task running ``running_seconds`` is already longer than the
+        tasks queues are made for: nothing more is queued behind it."""
+        return self.round_seconds is None or running_seconds > ROUNDS_AHEAD * self.round_seconds
 
-def distribute(instances, workers, depth):
-    """Return ``(worker, instance)`` pairs giving the tasks of a claim (in claim order)
-    to ``workers`` for queues ``depth`` long, and the tasks left over.
+    def free_slots(self, workers, now):
+        """Return ``{worker: how many more tasks it may be given}``."""
+        depth = self.depth()
+        return {worker: worker.free_slots(
+            1 if worker.queue and self.is_overdue(now - worker.queue[0].since) else depth)
+            for worker in workers}
+
+
+def distribute(instances, workers, slots):
+    """Return ``(worker, instance)`` pairs giving tasks (in claim order) to ``workers``
+    (``slots``: how many more each may take), and the tasks left over.
 
     The started tasks (RUNNING: as many as idle workers, claimed first) go to idle
     workers; the others to the idle workers left, then each to the worker with the
-    shortest queue, so that the next task in claim order is the next to start.
+    shortest queue whose pipe has room for it (``PIPE_BUDGET``), so that the next task
+    in claim order is the next to start. What is left over waits in the supervisor.
     """
     idle = [worker for worker in workers if worker.is_idle]
-    room = {id(worker): worker.free_slots(depth) for worker in workers}
+    room = {id(worker): slots[worker] for worker in workers}
     sizes = {id(worker): len(worker.queue) for worker in workers}
+    loads = {id(worker): worker.inflight for worker in workers}
     pairs, left = [], []
     ordered = ([i for i in instances if i.status == Status.RUNNING]
                + [i for i in instances if i.status != Status.RUNNING])
     for instance in ordered:
+        size = weight(instance)
         if idle:
-            worker = idle.pop(0)
+            worker = idle.pop(0)  # it reads at once: its pipe takes anything
         else:
-            open_workers = [w for w in workers if room[id(w)] > 0]
+            open_workers = [w for w in workers if room[id(w)] > 0
+                            and loads[id(w)] + size <= PIPE_BUDGET]
             if not open_workers or instance.status == Status.RUNNING:
                 left.append(instance)
                 continue
             worker = min(open_workers, key=lambda w: sizes[id(w)])
         room[id(worker)] -= 1
         sizes[id(worker)] += 1
+        loads[id(worker)] += size
         pairs.append((worker, instance))
     return pairs, left

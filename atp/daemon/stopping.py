@@ -69,6 +69,7 @@ class Assignment:
     is_killed: bool = False
     since: float = field(default_factory=time.monotonic)  # when it started, or was sent
     start_written: bool = True  # False for a prefetched task until its start is written
+    size: int = 0  # about how many bytes it took in its worker's pipe
 
     def follow(self, previous):
         """Take over the stop of ``previous``, the task before it on a worker being stopped:

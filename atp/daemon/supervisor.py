@@ -31,7 +31,7 @@ from atp.daemon.outage import (
     harden_connections,
 )
 from atp.daemon.pool import WorkerPool, exit_cause
-from atp.daemon.prefetch import Pace, distribute
+from atp.daemon.prefetch import Pace, distribute, weight
 from atp.daemon.stopping import (
     Assignment,
     Ending,
@@ -98,6 +98,9 @@ class Supervisor:
         # its start is not written either, else None).
         self.outcomes = []
         self.pace = Pace(config.prefetch)
+        # Prefetched tasks no worker's pipe had room for (large inputs): given out, in
+        # claim order, as room frees up; SCHEDULED and leased meanwhile.
+        self.held = []
         self.stop_requests = 0
         self.drain_deadline = None
         self.outage = Outage()
@@ -122,6 +125,7 @@ class Supervisor:
                     for signum in inbox.take():
                         self._on_signal(signum)
                     self._collect_workers()
+                    self._give_out(self.held)
                     self._database_round()
                     self._enforce_deadlines()
                     self.pace.round_took(time.monotonic() - busy_since)
@@ -205,6 +209,7 @@ class Supervisor:
         logger.info("atpd %s stopping (%s): %s running task(s) have %g s to finish",
                     self.daemon, why, len(self.pool.busy()), self.config.shutdown_timeout)
         self.pool.drop_queued()  # prefetched tasks come back unrun ("dropped")
+        self._hand_back_held(f"daemon {self.daemon} stopped")
         for worker in self.pool.workers:
             worker.retire()  # once its queue is through
 
@@ -223,13 +228,14 @@ class Supervisor:
     # -- workers -------------------------------------------------------------------
 
     def _collect_workers(self):
+        dead = self.pool.dead()  # first: what they said before they died is read below
         for worker, message in self.pool.messages():
             if message[0] == "done":
                 self._on_done(worker, *message[1:])
             elif message[0] == "dropped":
                 self._on_dropped(worker, *message[1:])
         replacements = 0
-        for worker in self.pool.collect_dead():
+        for worker in self.pool.collect_dead(dead):
             self._on_death(worker)
             replacements += self.drain_deadline is None
         self.pool.spawn(replacements)
@@ -251,9 +257,14 @@ class Supervisor:
             return
         worker.is_suspended = False  # a task can only end running: a pause came too late
         worker.tasks_done += 1
-        self.should_claim = True  # a place is free, and so may be a slot of a limited type
+        # A place is free: worth a claim when the last one was full, or when a task of a
+        # limited type may wait for the slot this one freed. Otherwise the queue was
+        # empty at the last claim (a new task would have notified): the round only writes.
+        self.should_claim = self.should_claim or self.catalog.has_limits
         limit_tasks = self.config.max_tasks_per_child
         limit_mb = self.config.max_memory_per_child_mb
+        if worker.is_retiring:
+            return  # asked already: it stops once through its queue
         if self.drain_deadline is not None:
             worker.retire()
         elif limit_tasks and worker.tasks_done + len(worker.queue) >= limit_tasks:
@@ -336,6 +347,7 @@ class Supervisor:
             busy = self.pool.busy()
             observed = stopping.observe(busy, self.daemon)
             queued = [task.pk for worker in busy for task in worker.queued]
+            queued += [instance.pk for instance in self.held]
             self.stopper.apply(stopping.decide(observed, busy, queued), self.daemon)
             self.controls.done(now)
         if self.maintenance.is_due(now):
@@ -395,6 +407,7 @@ class Supervisor:
         for worker in self.pool.busy():
             self.stopper.end(worker, Ending.LEASE_LOST, f"daemon {self.daemon} was declared dead",
                       kill=True)
+        self._hand_back_held(f"daemon {self.daemon} was declared dead")  # refused: reaped
         self._register()
 
     def _register(self):
@@ -419,16 +432,17 @@ class Supervisor:
         )
 
     def _free_slots(self):
-        depth = self.pace.depth()
-        return sum(worker.free_slots(depth) for worker in self.pool.workers)
+        if self.held:
+            return 0  # no more claims until what is held is given out
+        return sum(self.pace.free_slots(self.pool.workers, time.monotonic()).values())
 
     def _claim(self, now):
         """Claim tasks for the workers: started for the idle ones, prefetched for the
         queues of busy ones; write the reported ends (and starts) in the same
         transaction (one statement on PostgreSQL), and hand the tasks out."""
-        depth = self.pace.depth()
         workers = self.pool.workers
-        limit = sum(worker.free_slots(depth) for worker in workers)
+        slots = self.pace.free_slots(workers, time.monotonic())
+        limit = sum(slots.values())
         start = len(self.pool.idle())
         self.polls.done(now)
         reports = self._take_reports()
@@ -450,24 +464,40 @@ class Supervisor:
                 runnable.append(instance)
             else:
                 self._hand_back_unknown(instance)
-        pairs, left = distribute(runnable, workers, depth)
+        self._give_out(runnable, slots)
+        if self.config.burst and not instances and not self.pool.busy():
+            self._begin_drain("burst: nothing left to run")
+
+    def _give_out(self, instances, slots=None):
+        """Send claimed tasks to the workers (see ``prefetch.distribute``); hold the ones
+        no pipe has room for."""
+        if not instances:
+            return
+        workers = self.pool.workers
+        if slots is None:
+            slots = self.pace.free_slots(workers, time.monotonic())
+        pairs, self.held = distribute(instances, workers, slots)
         given = {}
         for worker, instance in pairs:
             task_type = instance.type
             given.setdefault(worker, []).append((Assignment(
                 instance.pk, instance.attempt, task_type.identifier, task_type.handler,
                 task_type.timeout.total_seconds(), daemon=self.daemon,
-                start_written=instance.status == Status.RUNNING,
+                start_written=instance.status == Status.RUNNING, size=weight(instance),
             ), instance))
         for worker, tasks in given.items():
             try:
                 worker.assign(tasks)
             except OSError:
                 pass  # the worker just died: its death restarts or hands back the tasks
-        for instance in left:
-            self._hand_back_unclaimed(instance)
-        if self.config.burst and not instances and not self.pool.busy():
-            self._begin_drain("burst: nothing left to run")
+
+    def _hand_back_held(self, why):
+        for instance in self.held:
+            self.pending.add(f"hand back task id={instance.pk}", lambda pk=instance.pk,
+                             attempt=instance.attempt: engine.hand_back(
+                                 pk, f"handed back before it started: {why}",
+                                 attempt=attempt, daemon=self.daemon))
+        self.held = []
 
     def _settle_and_claim(self, outcomes, limit, start):
         type_ids = self.catalog.type_ids()
@@ -489,11 +519,6 @@ class Supervisor:
         recording.report(outcomes, settled)
         return instances
 
-    def _hand_back_unclaimed(self, instance):
-        reason = f"not run by daemon {self.daemon}: no worker was free to take it"
-        self.pending.add(f"hand back task id={instance.pk}", lambda: engine.hand_back(
-            instance.pk, reason, attempt=instance.attempt, daemon=self.daemon))
-
     def _hand_back_unknown(self, instance):
         # Its type's handler changed since the catalog was read: not ours to run.
         reason = (f"not run by daemon {self.daemon}: it has not loaded handler "
@@ -511,6 +536,7 @@ class Supervisor:
             self.stopper.end(worker, Ending.SHUTDOWN, "daemon stopped", kill=True)
         self.pool.stop_all()
         self._collect_workers()
+        self._hand_back_held(f"daemon {self.daemon} stopped")
         try:
             self._settle()
             self.pending.flush()

@@ -80,15 +80,15 @@ def worker_main(channel, lease_deadline, dropping, parent_pid, inherited_fds):
             break
         for task, attempt, handler, daemon in message[1]:
             try:
-                channel.send(_run(task, attempt, handler, daemon, dropping))
+                channel.send(_run(task, attempt, handler, daemon, dropping, lease_deadline))
             except OSError:  # the supervisor is gone: so is this worker, and its group
                 _end_group(EXIT_PARENT_GONE)
     close_connections()
 
 
-def _run(task, attempt, handler, daemon, dropping):
-    """Run one task, unless the daemon stops; return the answer to send."""
-    if dropping.value:
+def _run(task, attempt, handler, daemon, dropping, lease_deadline):
+    """Run one task, unless the daemon stops or lost its lease; return the answer to send."""
+    if dropping.value or clock() > lease_deadline.value:
         return ("dropped", task.pk, attempt)
     _running.set()
     try:

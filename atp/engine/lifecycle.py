@@ -74,7 +74,8 @@ def start_attempt(pk, attempt, daemon, by=None, *, seconds_ago=None):
     """
     at = Now()
     if seconds_ago:  # never before the entry of its claim
-        last = LogRecord.objects.filter(instance_id=pk).order_by("-time").values("time")[:1]
+        last = LogRecord.objects.filter(instance_id=pk, attempt=attempt,
+                                        status=Status.SCHEDULED).values("time")[:1]
         at = Greatest(ExpressionWrapper(Now() - datetime.timedelta(seconds=seconds_ago),
                                         output_field=DateTimeField()), Subquery(last))
     return move(
@@ -145,9 +146,13 @@ def _settle(daemon, outcomes):
 def _end(outcome, daemon):
     pk, attempt = outcome.pk, outcome.attempt
     if outcome.started_ago is not None:
-        if not queue_row(pk).filter(daemon__isnull=False).exists():
+        locked = lock_task(pk)  # the queue row, then the task
+        if not locked.is_leased or locked.attempt != attempt:
+            raise refusal(pk, outcome.status, attempt=attempt)
+        if locked.status == Status.SCHEDULED:
+            start_attempt(pk, attempt, daemon, seconds_ago=outcome.started_ago)
+        elif outcome.status == Status.RUNNING:  # started already: nothing to write
             raise refusal(pk, Status.RUNNING, attempt=attempt)
-        start_attempt(pk, attempt, daemon, seconds_ago=outcome.started_ago)
         if outcome.status == Status.RUNNING:
             return
     _leave_queue(pk, attempt, outcome.status)

@@ -356,9 +356,11 @@ def finish(pk, attempt, message, daemon, response, content_type):
 # (or its FAILED twin): the queue rows locked first, in key order, and only an
 # attempt that still holds its lease and may move to its state is written; the
 # others are left as they are, and missing from what the statement returns. A row
-# with ``started_ago`` is an attempt whose start is not written yet: it moves from
-# SCHEDULED, through RUNNING (its history entry dated when it started, never before its
-# claim), to its end, or only to RUNNING when it has not ended.
+# with ``started_ago`` is an attempt whose start was not known to be written: it moves
+# from SCHEDULED, through RUNNING (its history entry dated when it started, never before
+# its claim), to its end, or only to RUNNING when it has not ended; found RUNNING (its
+# start was written by a round whose answer was lost), it only ends. The task rows are
+# locked (``prior``) to read the state they are in, the queue rows' lock held.
 SETTLE_STEPS = f"""
 batch AS (
     SELECT * FROM unnest(%(pks)s::bigint[], %(attempts)s::bigint[], %(states)s::text[],
@@ -369,33 +371,37 @@ batch AS (
     SELECT instance_id, claimed FROM {TASK}
     WHERE instance_id = ANY(%(pks)s::bigint[]) AND daemon_id IS NOT NULL
     ORDER BY instance_id FOR UPDATE
+), prior AS (
+    SELECT id, status = '{Status.SCHEDULED}' AS unstarted FROM {INSTANCE}
+    WHERE id IN (SELECT instance_id FROM held) ORDER BY id FOR UPDATE
 ), ended AS (
     UPDATE {INSTANCE} i
     SET status = b.status, updated = STATEMENT_TIMESTAMP(),
-        started = CASE WHEN b.started_ago IS NULL THEN i.started ELSE GREATEST(held.claimed,
-            STATEMENT_TIMESTAMP() - make_interval(secs => b.started_ago)) END,
+        started = CASE WHEN b.started_ago IS NOT NULL AND p.unstarted THEN GREATEST(
+            held.claimed, STATEMENT_TIMESTAMP() - make_interval(secs => b.started_ago))
+            ELSE i.started END,
         finished = CASE WHEN b.status = '{Status.RUNNING}' THEN i.finished
             ELSE STATEMENT_TIMESTAMP() END
-    FROM held, batch b
-    WHERE i.id = held.instance_id AND b.pk = i.id AND i.attempt = b.attempt AND (
+    FROM held, batch b, prior p
+    WHERE i.id = held.instance_id AND b.pk = i.id AND p.id = i.id AND i.attempt = b.attempt AND (
         (b.started_ago IS NOT NULL AND i.status = '{Status.SCHEDULED}'
          AND b.status IN ('{Status.RUNNING}', '{Status.FINISHED}', '{Status.FAILED}'))
-        OR (b.started_ago IS NULL AND b.status = '{Status.FINISHED}'
-            AND {one_of("i.status", sources_of(Status.FINISHED))})
-        OR (b.started_ago IS NULL AND b.status = '{Status.FAILED}'
-            AND {one_of("i.status", sources_of(Status.FAILED))}))
-    RETURNING i.id, i.attempt, i.status, i.started, b.started_ago IS NOT NULL AS starts
+        OR (b.status = '{Status.FINISHED}' AND {one_of("i.status", sources_of(Status.FINISHED))})
+        OR (b.status = '{Status.FAILED}' AND {one_of("i.status", sources_of(Status.FAILED))}))
+    RETURNING i.id, i.attempt, i.status, i.started,
+        b.started_ago IS NOT NULL AND p.unstarted AS starts
 ), dequeued AS (
     DELETE FROM {TASK} WHERE instance_id IN (SELECT id FROM ended WHERE status <> '{Status.RUNNING}')
 ), ended_logged AS (
     {LOG_COLUMNS}
     SELECT id, time, status, attempt, message, %(label)s, '' FROM (
-        SELECT e.id, e.started AS time, '{Status.RUNNING}' AS status, e.attempt, '' AS message
+        SELECT e.id, 0 AS step, e.started AS time, '{Status.RUNNING}' AS status, e.attempt,
+            '' AS message
         FROM ended e WHERE e.starts
         UNION ALL
-        SELECT e.id, STATEMENT_TIMESTAMP(), e.status, e.attempt, b.message
+        SELECT e.id, 1, STATEMENT_TIMESTAMP(), e.status, e.attempt, b.message
         FROM ended e JOIN batch b ON b.pk = e.id WHERE e.status <> '{Status.RUNNING}'
-    ) AS entries ORDER BY id, time
+    ) AS entries ORDER BY id, step
 ), stored AS (
     INSERT INTO {RESPONSE} (instance_id, data, content_type, charset, size, stored)
     SELECT e.id, b.data, b.content_type, b.charset, length(b.data), STATEMENT_TIMESTAMP()

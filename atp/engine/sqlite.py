@@ -260,18 +260,20 @@ def settle(daemon, outcomes):
     with connections[database()].cursor() as cursor:
         for outcome in outcomes:
             pk, attempt, status = outcome.pk, outcome.attempt, outcome.status
-            if outcome.started_ago is None:
-                cursor.execute(ENDS[status], [status, now, now, pk, attempt, pk])
-                if cursor.rowcount != 1:
-                    continue
-            else:
+            row = None
+            if outcome.started_ago is not None:
                 began = _stamp(moment - datetime.timedelta(seconds=outcome.started_ago))
                 cursor.execute(START_AND_END,
                                [status, now, began, pk, status, now, pk, attempt, pk])
                 row = cursor.fetchone()
-                if row is None:
+                if row is not None:
+                    cursor.execute(LOG_ROW, [pk, row[0], Status.RUNNING, attempt, "", label])
+            if row is None:  # started already (or its start was not to write): an end only
+                if status == Status.RUNNING:
                     continue
-                cursor.execute(LOG_ROW, [pk, row[0], Status.RUNNING, attempt, "", label])
+                cursor.execute(ENDS[status], [status, now, now, pk, attempt, pk])
+                if cursor.rowcount != 1:
+                    continue
             written.add(pk)
             if status == Status.RUNNING:
                 continue

@@ -117,6 +117,20 @@ def test_settle_writes_the_start_a_prefetched_task_had_with_its_end_or_alone(noo
     assert settle(daemon, [Outcome.finished(still.pk, 1, None)]) == {still.pk}
 
 
+def test_an_end_with_a_start_already_written_ends_the_task_once_started(noop_type, daemon):
+    """A round wrote a start but its answer was lost (the connection went): the end,
+    sent again with its start, is written as an end alone."""
+    task = atp.enqueue("tests.noop")
+    engine.claim_for_daemon(daemon, 1, [noop_type.pk], start=0)
+    assert settle(daemon, [Outcome.started(task.pk, 1, 0.01)]) == {task.pk}
+    started = Instance.objects.get(pk=task.pk).started
+    assert settle(daemon, [Outcome.finished(task.pk, 1, "ok").since_start(0.02)]) == {task.pk}
+    stored = Instance.objects.get(pk=task.pk)
+    assert (stored.status, stored.started) == (Status.FINISHED, started)
+    assert [step[0] for step in history(task)] == [
+        Status.ACCEPTED, Status.SCHEDULED, Status.RUNNING, Status.FINISHED]
+
+
 def test_settle_refuses_the_start_of_a_prefetched_task_an_operator_took(noop_type, daemon):
     cancelled, superseded, good = (atp.enqueue("tests.noop") for _ in range(3))
     engine.claim_for_daemon(daemon, 3, [noop_type.pk], start=0)

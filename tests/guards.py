@@ -116,7 +116,7 @@ GUARDS = [
           'DEQUEUE = f"DELETE FROM {TASK} WHERE instance_id = %s"', LITE),
     # The supervisor's batched ends (settle).
     Guard("settle: attempt (hot)", "atp/engine/postgresql.py",
-          "AND b.pk = i.id AND i.attempt = b.attempt AND (", "AND b.pk = i.id AND (", HOT),
+          "AND p.id = i.id AND i.attempt = b.attempt AND (", "AND p.id = i.id AND (", HOT),
     Guard("settle: finished from running or paused (hot)", "atp/engine/postgresql.py",
           """(b.status = '{Status.FINISHED}' AND {one_of("i.status", sources_of(Status.FINISHED))})""",
           "(b.status = '{Status.FINISHED}')", HOT),

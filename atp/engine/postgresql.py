@@ -373,7 +373,8 @@ batch AS (
     ORDER BY instance_id FOR UPDATE
 ), prior AS (
     SELECT id, status = '{Status.SCHEDULED}' AS unstarted FROM {INSTANCE}
-    WHERE id IN (SELECT instance_id FROM held) ORDER BY id FOR UPDATE
+    WHERE id = ANY(%(pks)s::bigint[]) AND id IN (SELECT instance_id FROM held)
+    ORDER BY id FOR UPDATE
 ), ended AS (
     UPDATE {INSTANCE} i
     SET status = b.status, updated = STATEMENT_TIMESTAMP(),

@@ -48,6 +48,8 @@ def test_purge_can_be_limited_to_one_type(noop_type):
     other = atp.register_task_type("tests.other", "tests.handlers.noop")
     mine = TaskFactory(type=noop_type, status=Status.FINISHED)
     theirs = TaskFactory(type=other, status=Status.FINISHED)
+    for instance in (mine, theirs):  # ended before now, not in its very millisecond
+        age(instance, seconds=1)
     assert atp.purge_finished(older_than=0, type="tests.other") == 1
     assert list(Instance.objects.values_list("pk", flat=True)) == [mine.pk]
     assert theirs.pk not in Instance.objects.values_list("pk", flat=True)

@@ -36,9 +36,9 @@ TASK_OVERHEAD = 1024
 
 
 def weight(instance):
-    """Return about how many bytes ``instance`` (with its inputs) takes in a worker's pipe."""
-    inputs = getattr(instance, "inputs", None)
-    return TASK_OVERHEAD + len(getattr(inputs, "data", "") or "")
+    """Return about how many bytes ``instance`` (claimed with its inputs) takes in a
+    worker's pipe."""
+    return TASK_OVERHEAD + len(instance.inputs.data)
 
 
 class Pace:

@@ -75,7 +75,7 @@ class Slot:
 
 
 def task(pk, status=Status.SCHEDULED):
-    return SimpleNamespace(pk=pk, status=status)
+    return SimpleNamespace(pk=pk, status=status, inputs=SimpleNamespace(data="{}"))
 
 
 def test_started_tasks_go_to_idle_workers_and_the_rest_to_the_shortest_queues():

@@ -345,6 +345,10 @@ class Task(models.Model):
             models.Index(
                 fields=["daemon"], condition=Q(daemon__isnull=False), name="atp_task_lease_idx"
             ),
+            # A type's leases: what a claim counts against its ``max_concurrency``.
+            models.Index(
+                fields=["type"], condition=Q(daemon__isnull=False), name="atp_task_type_lease_idx"
+            ),
             models.Index(
                 fields=["deadline"], condition=Q(deadline__isnull=False),
                 name="atp_task_deadline_idx",

@@ -13,6 +13,9 @@ unset). A PostgreSQL database named there is dropped and created anew. Run it th
 - W2, latency: one daemon (one worker, default settings) idles; single tasks are
   enqueued one at a time, and each one's start and end minus its creation (database
   clock) are taken: p50, p95, p99.
+- W1 limited: the same drain with 4 workers, of a type with ``max_concurrency`` 50
+  (each claim counts the type's leases under its lock). ``--no-limited`` skips it.
+  Each drain's daemon serves only the type it drains (``--types``).
 - Enqueue: the time of one ``atp.enqueue`` call (its own transaction), p50, and the
   rate of ``enqueue_many`` in batches of 1,000.
 - W3, big backlog: ``--big`` tasks bulk-enqueued into a queue table that was never
@@ -41,6 +44,9 @@ from bench.database import recreate_postgres, set_up_django
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 TYPE = "bench.noop"
+#: The same handler in a type with a concurrency limit, claimed within it (W1 limited).
+LIMITED_TYPE = "bench.limited"
+LIMITED_CONCURRENCY = 50
 BULK_BATCH = 1000
 
 #: The targets of issue 8, per database: (figure, unit, target, higher is better).
@@ -72,6 +78,8 @@ def register():
     import atp
 
     atp.register_task_type(TYPE, "bench.handlers.noop")
+    atp.register_task_type(LIMITED_TYPE, "bench.handlers.noop",
+                           max_concurrency=LIMITED_CONCURRENCY)
 
 
 def fresh_database():
@@ -113,25 +121,25 @@ def reset():
         cursor.execute(f"DELETE FROM {Daemon._meta.db_table}")
 
 
-def bulk_enqueue(tasks):
+def bulk_enqueue(tasks, task_type=TYPE):
     import atp
 
     began = time.perf_counter()
     for start in range(0, tasks, BULK_BATCH):
-        atp.enqueue_many(TYPE, [None] * min(BULK_BATCH, tasks - start))
+        atp.enqueue_many(task_type, [None] * min(BULK_BATCH, tasks - start))
     return tasks / (time.perf_counter() - began)
 
 
-def drain(tasks, workers, *, sample_memory=False):
-    """Enqueue ``tasks`` no-op tasks and drain them; return the figures."""
+def drain(tasks, workers, *, sample_memory=False, task_type=TYPE):
+    """Enqueue ``tasks`` no-op tasks of ``task_type`` and drain them; return the figures."""
     from django.db.models import Max, Min
 
     from atp.models import Instance
 
     reset()
-    bulk_enqueue(tasks)
+    bulk_enqueue(tasks, task_type)
     began = time.perf_counter()
-    daemon = atpd("--burst", "--workers", workers)
+    daemon = atpd("--burst", "--workers", workers, "--types", task_type)
     memory = MemorySampler(daemon.pid) if sample_memory else None
     if daemon.wait() != 0:
         sys.exit("atpd failed")
@@ -186,7 +194,7 @@ def latency(samples):
     from atp.models import Instance
 
     reset()
-    daemon = atpd("--workers", 1)
+    daemon = atpd("--workers", 1, "--types", TYPE)
     starts, finishes = [], []
     try:
         for _ in range(samples + 1):
@@ -233,6 +241,7 @@ def main():
     parser.add_argument("--enqueues", type=int, default=1000)
     parser.add_argument("--bulk", type=int, default=20000)
     parser.add_argument("--big", type=int, default=100000)
+    parser.add_argument("--limited", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--json", type=Path, default=None)
     options = parser.parse_args()
     url = prepare_database()
@@ -253,6 +262,11 @@ def main():
         print(f"W1 drain {options.tasks} no-op tasks, {workers} worker(s): "
               f"{drained['rate']:,.0f} tasks/s (wall {drained['wall']:.1f} s with start-up)",
               flush=True)
+    if options.limited:
+        limited = drain(options.tasks, 4, task_type=LIMITED_TYPE)
+        figures["limited_drain_4"] = limited["rate"]
+        print(f"W1 drain {options.tasks} no-op tasks of a type with max_concurrency "
+              f"{LIMITED_CONCURRENCY}, 4 workers: {limited['rate']:,.0f} tasks/s", flush=True)
     start, finish = latency(options.samples)
     for name, values in (("start", start), ("finish", finish)):
         for quantile, value in values.items():
@@ -283,6 +297,8 @@ def print_table(result):
     rows = [
         (f"drain {result['tasks']:,}, 4 workers", "drain_4", "{:,.0f} tasks/s", True),
         (f"drain {result['tasks']:,}, 1 worker", "drain_1", "{:,.0f} tasks/s", True),
+        (f"drain {result['tasks']:,} of a limited type, 4 workers", "limited_drain_4",
+         "{:,.0f} tasks/s", True),
         ("enqueue -> start p50", "start_p50", "{:.1f} ms", False),
         ("enqueue -> start p95", "start_p95", "{:.1f} ms", False),
         ("enqueue -> start p99", "start_p99", "{:.1f} ms", False),

@@ -32,6 +32,9 @@ class Outcome:
 
     result: object = None
     error: BaseException = None
+    #: Of the second call: whether it was still running (waiting for the first) when
+    #: the first was let go.
+    waited: bool = False
 
     def get(self):
         """Return the result; raise what the call raised."""
@@ -95,6 +98,7 @@ def interleave(first, second, *, pause_after):
     two.start()
     two.started_calling.wait(TIMEOUT_SECONDS)
     _wait_until_done_or_blocked(two)
+    two.outcome.waited = two.is_alive()
     go.set()
     one.join(TIMEOUT_SECONDS)
     two.join(TIMEOUT_SECONDS)

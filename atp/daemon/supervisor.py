@@ -501,21 +501,27 @@ class Supervisor:
 
     def _settle_and_claim(self, outcomes, limit, start):
         type_ids = self.catalog.type_ids()
+        limited = self.catalog.has_limits  # claim within limits at once
+
+        def claim():
+            return engine.claim_for_daemon(self.daemon, limit, type_ids, start=start,
+                                           limited=limited)
+
         handed_back = [outcome for outcome in outcomes if outcome.status == Status.ACCEPTED]
         if handed_back:  # rare: each alone
             recording.settle(self.daemon, handed_back)
             outcomes = [outcome for outcome in outcomes if outcome.status != Status.ACCEPTED]
         if not outcomes:
-            return engine.claim_for_daemon(self.daemon, limit, type_ids, start=start)
+            return claim()
         try:
             settled, instances = engine.settle_and_claim(
-                self.daemon, outcomes, limit, type_ids, start=start)
+                self.daemon, outcomes, limit, type_ids, start=start, limited=limited)
         except (DaemonStopped, *CONNECTION_ERRORS):
             raise
         except Exception:  # a value the database refuses: each end alone, then the claim
             logger.exception("writing %s ends with the claim failed", len(outcomes))
             recording.settle(self.daemon, outcomes)
-            return engine.claim_for_daemon(self.daemon, limit, type_ids, start=start)
+            return claim()
         recording.report(outcomes, settled)
         return instances
 

@@ -60,7 +60,7 @@ def dequeue(daemon, limit=1, *, types=None):
     return _claim(daemon, limit, limits)
 
 
-def claim_for_daemon(daemon, limit, type_ids, *, start=0):
+def claim_for_daemon(daemon, limit, type_ids, *, start=0, limited=False):
     """Claim up to ``limit`` runnable tasks of the types ``type_ids`` for ``daemon``; return
     them in claim order, with their inputs.
 
@@ -68,10 +68,13 @@ def claim_for_daemon(daemon, limit, type_ids, *, start=0):
     identifier needs checking. The engine checks which are paused or limited in the
     same round trip as the claim. The first ``start`` tasks are also started (RUNNING)
     in the same transaction: the supervisor claims so for its idle workers, and the
-    rest (prefetched, SCHEDULED) for its workers' queues. Raise ``DaemonStopped``.
+    rest (prefetched, SCHEDULED) for its workers' queues. ``limited`` says a type among
+    them was last seen with a concurrency limit (the PostgreSQL engine then claims
+    within limits at once). Raise ``DaemonStopped``.
     """
     start = check_start(start)
-    claimed = _claim_with_engine(daemon, limit, list(type_ids), start, inputs=True)
+    claimed = _claim_with_engine(daemon, limit, list(type_ids), start, inputs=True,
+                                 limited=limited)
     if claimed is not None:
         return claimed
     limits = dict(Type.objects.filter(pk__in=type_ids, is_paused=False)
@@ -81,11 +84,12 @@ def claim_for_daemon(daemon, limit, type_ids, *, start=0):
     return _claim_with_locks(daemon, limit, limits, start, inputs=True)
 
 
-def settle_and_claim(daemon, outcomes, limit, type_ids, *, start):
+def settle_and_claim(daemon, outcomes, limit, type_ids, *, start, limited=False):
     """Write ``outcomes`` (the ends and unwritten starts of attempts ``daemon``'s workers
     reported, see ``lifecycle.settle``) and claim up to ``limit`` tasks of ``type_ids``
     for its workers, starting the first ``start``, in one transaction (one statement on
-    PostgreSQL); return ``(keys of the tasks settled, tasks claimed)``. Raise
+    PostgreSQL, after a lock of the limited types with ``limited``, see
+    ``claim_for_daemon``); return ``(keys of the tasks settled, tasks claimed)``. Raise
     ``DaemonStopped``: nothing was claimed then, and the outcomes may or may not have
     been written.
     """
@@ -97,10 +101,10 @@ def settle_and_claim(daemon, outcomes, limit, type_ids, *, start):
             settle(daemon, outcomes), claim_for_daemon(daemon, limit, type_ids, start=start),
         ), database())
     settled, claimed = run_in_transaction(
-        lambda: fast.settle_and_claim(daemon, outcomes, limit, type_ids, start), database(),
-        single_statement=fast.ONE_STATEMENT)
-    if claimed is None:  # a type with a concurrency limit: the ORM form claims
-        return settled, claim_for_daemon(daemon, limit, type_ids, start=start)
+        lambda: fast.settle_and_claim(daemon, outcomes, limit, type_ids, start, limited),
+        database(), single_statement=fast.ONE_STATEMENT)
+    if claimed is None:  # it met a type with a concurrency limit: claim within limits
+        return settled, claim_for_daemon(daemon, limit, type_ids, start=start, limited=True)
     instances, strays = claimed
     if strays:
         _repair_strays(strays)
@@ -132,24 +136,21 @@ def runnable_tasks(type_ids):
 
 
 def _claim(daemon, limit, limits):
-    if all(limit is None for limit in limits.values()):
-        claimed = _claim_with_engine(daemon, limit, list(limits))
-        if claimed is not None:
-            return claimed
+    limited = any(most is not None for most in limits.values())
+    claimed = _claim_with_engine(daemon, limit, list(limits), limited=limited)
+    if claimed is not None:
+        return claimed
     return _claim_with_locks(daemon, limit, limits)
 
 
-def _claim_with_engine(daemon, limit, type_ids, start=0, inputs=False):
-    """Claim with the database's engine; return the tasks, or None when it has no engine
-    or a type among ``type_ids`` has a concurrency limit."""
+def _claim_with_engine(daemon, limit, type_ids, start=0, inputs=False, limited=False):
+    """Claim with the database's engine; return the tasks, or None when it has none."""
     fast = engine()
     if fast is None:
         return None
-    claimed = run_in_transaction(lambda: fast.claim(daemon, limit, type_ids, start, inputs),
-                                 database(), single_statement=fast.ONE_STATEMENT)
-    if claimed is None:
-        return None
-    instances, strays = claimed
+    instances, strays = run_in_transaction(
+        lambda: fast.claim(daemon, limit, type_ids, start, inputs, limited), database(),
+        single_statement=fast.ONE_STATEMENT)
     if strays:
         _repair_strays(strays)
     return instances
@@ -196,7 +197,10 @@ def _free_slots(limits):
         return {}
     # Locking the limited types' rows serialises the claims of those types across
     # daemons, so two daemons cannot both count the last free slot.
-    list(Type.objects.select_for_update().filter(pk__in=limited).values_list("pk"))
+    # (FOR NO KEY UPDATE where there is one: an enqueue's foreign key does not wait.)
+    no_key = connections[database()].features.has_select_for_no_key_update
+    list(Type.objects.select_for_update(no_key=no_key).filter(pk__in=limited)
+         .values_list("pk"))
     # What runs is what holds a lease: a task an operator ended or re-enqueued keeps
     # its lease until its worker is stopped, and counts until then.
     leased = dict(

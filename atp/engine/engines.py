@@ -2,11 +2,12 @@
 through, one module per database (``postgresql``, ``sqlite``), chosen once from the
 connection's vendor.
 
-An engine implements ``claim(daemon, limit, limits)``, ``start(pk, attempt, daemon)``
-and ``finish(pk, attempt, message, daemon, response, content_type)``, with the guards,
-history and fencing of the ORM forms in ``claim.py`` and ``lifecycle.py``. Those serve
-a database without an engine (MySQL/MariaDB for now), the operators' verbs and claims
-of types with a concurrency limit.
+An engine implements the verbs of the hot path: ``claim`` (within the types'
+concurrency limits), ``settle_and_claim``, ``settle``, ``start``, ``finish``,
+``enqueue`` and ``enqueue_many``, with the guards, history and fencing of the ORM forms
+in ``claim.py`` and ``lifecycle.py``. Those serve a database without an engine
+(MySQL/MariaDB for now, or any database with ``ATP_ENGINE = "orm"``) and the
+operators' verbs.
 """
 
 from django.core.exceptions import ImproperlyConfigured

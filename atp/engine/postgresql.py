@@ -46,32 +46,79 @@ DAEMON = Daemon._meta.db_table
 #: trip), or in a savepoint of the caller's transaction.
 ONE_STATEMENT = True
 
-# The types the claim may take: those of ``%(types)s`` not paused. When one of them
-# has a concurrency limit the claim takes nothing and says so (``limited``): the caller
-# claims with the ORM form, which counts leases under the types' locks.
-# The order of locks is the one of ``atp.engine.locks``: the daemon's row (KEY SHARE,
-# which the leases' foreign key takes anyway: a reaper's FOR UPDATE before it declares
-# the daemon stopped waits for this claim, or this claim for the reaper), the queue
-# rows (skipping those another claim holds), then the tasks. A row whose task is
-# not ACCEPTED is not taken; its key comes back in ``strays`` for repair.
-CLAIM_STEPS = f"""
+# The types the claim may take: those of ``%(types)s`` not paused. The order of locks
+# is the one of ``atp.engine.locks``: the daemon's row (KEY SHARE, which the leases'
+# foreign key takes anyway: a reaper's FOR UPDATE before it declares the daemon stopped
+# waits for this claim, or this claim for the reaper), the queue rows (skipping those
+# another claim holds), then the tasks. A row whose task is not ACCEPTED is not taken;
+# its key comes back in ``strays`` for repair.
+#
+# ``picked`` differs with the types' limits. Without a limit, the claim walks the claim
+# index for all its types at once. When one of them has a concurrency limit, that
+# claim takes nothing and says so (``limited``), and the claim within limits serves:
+# it runs after ``LOCK_LIMITED`` in the same transaction, a statement of its own so
+# that it reads the leases after the types' locks are held (a single statement would
+# count them as they were when it began, before another claim of the same types
+# committed). It takes at most the free slots of each limited type (its
+# ``max_concurrency`` less its leases, less none for the leases this statement itself
+# ends: ``released``), walking the claim index once per limited type and once for the
+# others, and keeps the first ``limit`` in claim order.
+_KINDS_AND_ALIVE = f"""
 kinds AS (
     SELECT id, max_concurrency FROM {TYPE} WHERE id = ANY(%(types)s::bigint[]) AND NOT is_paused
-), limited AS (
-    SELECT 1 FROM kinds WHERE max_concurrency IS NOT NULL LIMIT 1
 ), alive AS (
     SELECT id FROM {DAEMON} WHERE id = %(daemon)s AND stopped IS NULL FOR KEY SHARE
-), picked AS (
-    SELECT instance_id, priority, not_before FROM {TASK}
+),"""
+_WAITING = f"""FROM {TASK}
     WHERE daemon_id IS NULL AND paused_since IS NULL AND not_before <= STATEMENT_TIMESTAMP()
-        AND type_id = ANY(ARRAY(SELECT id FROM kinds))
-        AND EXISTS (SELECT 1 FROM alive) AND NOT EXISTS (SELECT 1 FROM limited)
-    ORDER BY priority DESC, not_before, instance_id
-    LIMIT %(limit)s
+        AND EXISTS (SELECT 1 FROM alive)"""
+_CLAIM_ORDER = "ORDER BY priority DESC, not_before, instance_id"
+_PICKED = f"""
+limited AS (
+    SELECT 1 FROM kinds WHERE max_concurrency IS NOT NULL LIMIT 1
+), picked AS (
+    SELECT instance_id, priority, not_before {_WAITING}
+        AND type_id = ANY(ARRAY(SELECT id FROM kinds)) AND NOT EXISTS (SELECT 1 FROM limited)
+    {_CLAIM_ORDER} LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-), ranked AS (
-    SELECT instance_id, row_number() OVER (ORDER BY priority DESC, not_before, instance_id)
-        <= %(start)s AS starts
+),"""
+
+
+def _picked_within_limits(released):
+    """Return ``limited`` (always empty) and ``picked`` of the claim within limits;
+    ``released`` is a relation of the types of the leases the statement ends, or None."""
+    ended = "" if released is None else (
+        f"+ (SELECT count(*) FROM {released} r WHERE r.type_id = k.id)")
+    return f"""
+limited AS (
+    SELECT 1 WHERE false
+), quota AS (
+    SELECT k.id, GREATEST(0, LEAST(%(limit)s, k.max_concurrency - (
+        SELECT count(*) FROM {TASK} l WHERE l.type_id = k.id AND l.daemon_id IS NOT NULL)
+        {ended})) AS free
+    FROM kinds k WHERE k.max_concurrency IS NOT NULL
+), unlimited AS (
+    SELECT instance_id, priority, not_before {_WAITING}
+        AND type_id = ANY(ARRAY(SELECT id FROM kinds WHERE max_concurrency IS NULL))
+    {_CLAIM_ORDER} LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), within AS (
+    SELECT w.instance_id, w.priority, w.not_before FROM quota q CROSS JOIN LATERAL (
+        SELECT instance_id, priority, not_before {_WAITING} AND type_id = q.id
+        {_CLAIM_ORDER} LIMIT q.free
+        FOR UPDATE SKIP LOCKED) w
+), picked AS (
+    SELECT instance_id, priority, not_before FROM unlimited
+    UNION ALL
+    SELECT instance_id, priority, not_before FROM within
+    {_CLAIM_ORDER} LIMIT %(limit)s
+),"""
+
+
+def _claim_steps(picked):
+    return f"""{_KINDS_AND_ALIVE}{picked}
+ranked AS (
+    SELECT instance_id, row_number() OVER ({_CLAIM_ORDER}) <= %(start)s AS starts
     FROM picked
 ), scheduled AS (
     UPDATE {INSTANCE} i
@@ -96,6 +143,8 @@ kinds AS (
 """
 
 
+CLAIM_STEPS = _claim_steps(_PICKED)
+
 def _claim_result(settled):
     """Return the claim's result: one row per task claimed (or one of NULLs), each with the
     claim's facts: the daemon alive, a limited type met, stray rows, and ``settled``."""
@@ -116,6 +165,8 @@ ORDER BY l.priority DESC, l.not_before, s.id
 
 
 CLAIM = f"WITH {CLAIM_STEPS}\n{_claim_result('NULL::bigint[]')}"
+CLAIM_WITHIN_LIMITS = (f"WITH {_claim_steps(_picked_within_limits(None))}\n"
+                       f"{_claim_result('NULL::bigint[]')}")
 
 
 #: Planner settings for the claim's transaction: the only plan left is a walk of the
@@ -132,6 +183,23 @@ CLAIM_PLAN = ("SELECT set_config('enable_seqscan', 'off', true), "
               "set_config('enable_bitmapscan', 'off', true), set_config('enable_sort', 'off', true), "
               "set_config('jit', 'off', true), "
               "set_config('plan_cache_mode', 'force_generic_plan', true)")
+
+#: What the claim within limits runs first, in a statement of its own: ``CLAIM_PLAN``'s
+#: planner settings, and the locks of the daemon's row, then of its limited types' rows
+#: (NO KEY UPDATE: claims of those types wait for each other, while enqueues, which
+#: only take KEY SHARE, go on).
+LOCK_LIMITED = f"""
+WITH alive AS (
+    SELECT id FROM {DAEMON} WHERE id = %(daemon)s AND stopped IS NULL FOR KEY SHARE
+), locked AS (
+    SELECT id FROM {TYPE}
+    WHERE id = ANY(%(types)s::bigint[]) AND max_concurrency IS NOT NULL AND NOT is_paused
+        AND EXISTS (SELECT 1 FROM alive)
+    ORDER BY id FOR NO KEY UPDATE
+)
+{CLAIM_PLAN}, (SELECT count(*) FROM locked)
+"""
+
 
 #: psycopg's ``prepare_threshold`` where Django left None (never prepare): statements
 #: are then prepared only when they ask, as the engine's do.
@@ -171,14 +239,18 @@ def _preparing_cursor_class():
     return _preparing["class"]
 
 
-def execute_claim(cursor, sql, params):
-    """Execute ``sql`` (the claim, or its EXPLAIN) under ``CLAIM_PLAN``: in one round trip
-    where the cursor binds on the client, else as two statements of the caller's transaction."""
+def execute_claim(cursor, sql, params, *, within_limits=False):
+    """Execute ``sql`` (a claim, or its EXPLAIN) under ``CLAIM_PLAN`` (with ``LOCK_LIMITED``'s
+    locks when it claims ``within_limits``): in one round trip where the cursor binds on the
+    client (each statement of the string still reads the database as it is when that
+    statement begins), else as statements of the caller's transaction."""
+    statements = [LOCK_LIMITED if within_limits else CLAIM_PLAN, sql]
     if _binds_on_the_client(cursor):
-        cursor.execute(f"{CLAIM_PLAN}; {sql}", params)
+        cursor.execute("; ".join(statements), params)
         cursor.nextset()  # to the claim's own result
     else:  # server-side binding takes one statement at a time
-        cursor.execute(CLAIM_PLAN)
+        first, _ = statements
+        cursor.execute(first, params if within_limits else None)
         cursor.execute(sql, params)
 
 
@@ -210,41 +282,52 @@ def claim_parameters(daemon, limit, type_ids, start=0, inputs=False):
             "label": daemon_label(daemon), "start": check_start(start), "inputs": inputs}
 
 
-def claim(daemon, limit, type_ids, start=0, inputs=False):
-    """Lease and schedule up to ``limit`` runnable tasks of the types ``type_ids``; return
-    ``(instances, strays)``, or None when one of those types has a concurrency limit
-    (claim with the ORM form then).
+def claim(daemon, limit, type_ids, start=0, inputs=False, limited=False):
+    """Lease and schedule up to ``limit`` runnable tasks of the types ``type_ids``, within
+    their concurrency limits; return ``(instances, strays)``.
 
     The first ``start`` tasks in claim order are started too (RUNNING, after their
-    SCHEDULED history entry). With ``inputs`` they come with their inputs. Raise
+    SCHEDULED history entry). With ``inputs`` they come with their inputs. ``limited``
+    says one of the types was last seen with a concurrency limit: the claim within
+    limits is run at once (otherwise only once the plain claim met one). Raise
     ``DaemonStopped`` when ``daemon`` was declared stopped.
     """
-    _, claimed = _claim(with_limit(CLAIM, limit),
-                        claim_parameters(daemon, limit, type_ids, start, inputs), daemon, inputs)
+    params = claim_parameters(daemon, limit, type_ids, start, inputs)
+    if not limited:
+        _, claimed = _claim(with_limit(CLAIM, limit), params, daemon, inputs)
+        if claimed is not None:
+            return claimed
+    _, claimed = _claim(with_limit(CLAIM_WITHIN_LIMITS, limit), params, daemon, inputs,
+                        within_limits=True)
     return claimed
 
 
-def settle_and_claim(daemon, outcomes, limit, type_ids, start):
+def settle_and_claim(daemon, outcomes, limit, type_ids, start, limited=False):
     """``settle`` then ``claim`` (starting ``start`` tasks, all with their inputs) in one
     statement, one commit; return ``(keys of the tasks settled, what claim returns)``.
 
-    The settle is written even when the claim takes nothing (a limited type met) or
-    raises ``DaemonStopped``.
+    With ``limited`` (see ``claim``) the statement claims within limits, after
+    ``LOCK_LIMITED``, in one transaction. Without it, a limited type met claims nothing
+    and the claim is None: the settle is written, and the caller claims (``claim``).
+    ``DaemonStopped`` leaves the settle written.
     """
     params = {**settle_parameters(daemon, outcomes),
               **claim_parameters(daemon, limit, type_ids, start, inputs=True)}
+    if limited:
+        return _claim(with_limit(SETTLE_AND_CLAIM_WITHIN_LIMITS, limit), params, daemon, True,
+                      within_limits=True)
     return _claim(with_limit(SETTLE_AND_CLAIM, limit), params, daemon, True)
 
 
-def _claim(sql, params, daemon, inputs):
+def _claim(sql, params, daemon, inputs, within_limits=False):
     connection = connections[database()]
     with statement_cursor(connection) as cursor:
         if connection.in_atomic_block or _binds_on_the_client(cursor):
-            execute_claim(cursor, sql, params)
+            execute_claim(cursor, sql, params, within_limits=within_limits)
             rows = cursor.fetchall()
-        else:  # CLAIM_PLAN and the claim must share a transaction
+        else:  # CLAIM_PLAN (and LOCK_LIMITED) and the claim must share a transaction
             with transaction.atomic(using=connection.alias):
-                execute_claim(cursor, sql, params)
+                execute_claim(cursor, sql, params, within_limits=within_limits)
                 rows = cursor.fetchall()
     alive, limited, strays, settled = rows[0][:4]
     settled = set(settled or ())
@@ -374,7 +457,7 @@ batch AS (
 ), prior AS (
     SELECT id, status = '{Status.SCHEDULED}' AS unstarted FROM {INSTANCE}
     WHERE id = ANY(%(pks)s::bigint[]) AND id IN (SELECT instance_id FROM held)
-    ORDER BY id FOR UPDATE
+    ORDER BY id FOR NO KEY UPDATE
 ), ended AS (
     UPDATE {INSTANCE} i
     SET status = b.status, updated = STATEMENT_TIMESTAMP(),
@@ -389,7 +472,7 @@ batch AS (
          AND b.status IN ('{Status.RUNNING}', '{Status.FINISHED}', '{Status.FAILED}'))
         OR (b.status = '{Status.FINISHED}' AND {one_of("i.status", sources_of(Status.FINISHED))})
         OR (b.status = '{Status.FAILED}' AND {one_of("i.status", sources_of(Status.FAILED))}))
-    RETURNING i.id, i.attempt, i.status, i.started,
+    RETURNING i.id, i.type_id, i.attempt, i.status, i.started,
         b.started_ago IS NOT NULL AND p.unstarted AS starts
 ), dequeued AS (
     DELETE FROM {TASK} WHERE instance_id IN (SELECT id FROM ended WHERE status <> '{Status.RUNNING}')
@@ -413,8 +496,15 @@ batch AS (
 )
 """
 SETTLE = f"WITH {SETTLE_STEPS}\nSELECT id FROM ended"
+RELEASED = f"(SELECT type_id FROM ended WHERE status <> '{Status.RUNNING}')"
 SETTLE_AND_CLAIM = (f"WITH {SETTLE_STEPS},\n{CLAIM_STEPS}\n"
                     f"{_claim_result('(SELECT array_agg(id) FROM ended)')}")
+# Within limits, the leases this statement ends count no more: the count of a type's
+# leases reads them as they were before the statement.
+SETTLE_AND_CLAIM_WITHIN_LIMITS = (
+    f"WITH {SETTLE_STEPS},\n"
+    f"{_claim_steps(_picked_within_limits(RELEASED))}\n"
+    f"{_claim_result('(SELECT array_agg(id) FROM ended)')}")
 
 
 def settle(daemon, outcomes):

@@ -83,25 +83,46 @@ def _schedule_statement(count, start):
     )
 
 
-def _waiting_statement(type_count):
+_CLAIM_ORDER = "ORDER BY priority DESC, not_before, instance_id"
+
+
+def _waiting_statement(type_count, *, columns="instance_id"):
+    """Select the runnable tasks of ``type_count`` types in claim order, walking the claim
+    index; parameters: the moment, the types, the limit."""
     return (
-        f"SELECT instance_id FROM {TASK} INDEXED BY {CLAIM_INDEX} "
+        f"SELECT {columns} FROM {TASK} INDEXED BY {CLAIM_INDEX} "
         "WHERE daemon_id IS NULL AND paused_since IS NULL AND not_before <= %s "
-        f"AND {_in('type_id', range(type_count))} "
-        "ORDER BY priority DESC, not_before, instance_id LIMIT %s"
+        f"AND {_in('type_id', range(type_count))} {_CLAIM_ORDER} LIMIT %s"
     )
+
+
+def _waiting_within_limits(free_types, limited_types):
+    """Select the runnable tasks of ``free_types`` types without a limit and of
+    ``limited_types`` types each within its free slots, in claim order; parameters: per
+    part, the moment, its types and its limit (the first part's only when
+    ``free_types``), then the whole limit."""
+    part = "SELECT * FROM ({})"
+    parts = [part.format(_waiting_statement(1, columns="instance_id, priority, not_before"))
+             ] * limited_types
+    if free_types:
+        parts.insert(0, part.format(_waiting_statement(
+            free_types, columns="instance_id, priority, not_before")))
+    return f"SELECT instance_id FROM ({' UNION ALL '.join(parts)}) {_CLAIM_ORDER} LIMIT %s"
+
+
+LEASES = f"SELECT type_id, count(*) FROM {TASK} WHERE daemon_id IS NOT NULL AND "
 
 
 LEASE = f"UPDATE {TASK} SET daemon_id = %s, claimed = %s, deadline = %s WHERE instance_id = %s"
 LOG_ROW = f"{LOG_COLUMNS} VALUES (%s, %s, %s, %s, %s, %s, '')"
 
 
-def claim(daemon, limit, type_ids, start=0, inputs=False):
-    """Lease and schedule up to ``limit`` runnable tasks of the types ``type_ids``; return
-    ``(instances, strays)``, or None when one of those types has a concurrency limit
-    (claim with the ORM form then). The first ``start`` tasks in claim order are
-    started too (RUNNING, after their SCHEDULED history entry). With ``inputs`` they
-    come with their inputs.
+def claim(daemon, limit, type_ids, start=0, inputs=False, limited=False):
+    """Lease and schedule up to ``limit`` runnable tasks of the types ``type_ids``, within
+    their concurrency limits; return ``(instances, strays)``. The first ``start`` tasks
+    in claim order are started too (RUNNING, after their SCHEDULED history entry). With
+    ``inputs`` they come with their inputs. ``limited`` is the PostgreSQL engine's
+    hint; here every claim reads the limits.
 
     Run it in an immediate transaction. Raise ``DaemonStopped``.
     """
@@ -118,11 +139,12 @@ def claim(daemon, limit, type_ids, start=0, inputs=False):
             return [], []
         cursor.execute(TYPES + _in("id", type_ids), type_ids)
         types = {row[0]: build(Type, row) for row in cursor.fetchall()}
-        if any(kind.max_concurrency is not None for kind in types.values()):
-            return None
         if not types:
             return [], []
-        cursor.execute(_waiting_statement(len(types)), [now, *types, limit])
+        waiting = _waiting(cursor, types, now, limit)
+        if waiting is None:  # every type is at its limit
+            return [], []
+        cursor.execute(*waiting)
         keys = [row[0] for row in cursor.fetchall()]
         if not keys:
             return [], []
@@ -153,6 +175,28 @@ def claim(daemon, limit, type_ids, start=0, inputs=False):
             for instance in claimed:
                 instance.inputs = loaded[instance.pk]
     return claimed, [pk for pk in keys if pk not in instances]
+
+
+def _waiting(cursor, types, now, limit):
+    """Return the statement and parameters selecting the keys of up to ``limit`` runnable
+    tasks of ``types`` in claim order (None when there is no free slot), each type with a concurrency limit within its free
+    slots: its limit less its leases, counted in this transaction (which holds the write
+    lock, so no other claim can take a slot meanwhile)."""
+    limits = {pk: kind.max_concurrency for pk, kind in types.items()
+              if kind.max_concurrency is not None}
+    if not limits:
+        return _waiting_statement(len(types)), [now, *types, limit]
+    cursor.execute(LEASES + _in("type_id", limits) + " GROUP BY type_id", list(limits))
+    leases = dict(cursor.fetchall())
+    free = {pk: min(limit, most - leases.get(pk, 0)) for pk, most in limits.items()}
+    limited = [pk for pk, slots in free.items() if slots > 0]
+    unlimited = [pk for pk in types if pk not in limits]
+    params = [now, *unlimited, limit] if unlimited else []
+    for pk in limited:
+        params += [now, pk, free[pk]]
+    if not (limited or unlimited):
+        return None
+    return _waiting_within_limits(len(unlimited), len(limited)), [*params, limit]
 
 
 def _inputs(row):
@@ -285,10 +329,10 @@ def settle(daemon, outcomes):
     return written
 
 
-def settle_and_claim(daemon, outcomes, limit, type_ids, start):
+def settle_and_claim(daemon, outcomes, limit, type_ids, start, limited=False):
     """``settle`` then ``claim`` (starting ``start`` tasks, all with their inputs); return
     ``(keys of the tasks settled, what claim returns)``. Run it in an immediate
-    transaction: one commit for both."""
+    transaction: one commit for both (the claim counts the leases the settle ended)."""
     return settle(daemon, outcomes), claim(daemon, limit, type_ids, start, inputs=True)
 
 

@@ -173,20 +173,25 @@ def _numbered(sql):
 #: The indexes the daemon's round may read its tables by: a task's own key, the
 #: claim index (walked in claim order), a daemon's leases.
 KEYED = {"atp_instance": {"atp_instance_pkey"}, "atp_inputs": {"atp_inputs_pkey"},
-         "atp_task": {"atp_task_pkey", "atp_task_claim_idx", "atp_task_lease_idx"}}
+         "atp_task": {"atp_task_pkey", "atp_task_claim_idx", "atp_task_lease_idx",
+                      "atp_task_type_lease_idx"}}
 
 
+@pytest.mark.parametrize("limited", [False, True], ids=["no limit", "max_concurrency"])
 @pytest.mark.parametrize("statistics", ["never analyzed", "fresh"])
 def test_the_plan_kept_for_the_daemons_round_reads_each_row_by_its_key(
-        postgres_only, noop_type, daemon, statistics):
+        postgres_only, noop_type, daemon, statistics, limited):
     """The round the daemon repeats (``settle_and_claim``) is prepared and planned once:
     that plan, not a fresh one, must walk the claim index and read every other row by
-    its key, however many tasks wait (it once hashed every ACCEPTED task to start 4)."""
+    its key, however many tasks wait (it once hashed every ACCEPTED task to start 4).
+    Within a concurrency limit, the type's leases are counted by its key too."""
     from atp.engine.engines import engine as chosen
     from atp.engine.outcomes import Outcome
 
     if chosen() is not postgresql:
         pytest.skip("the PostgreSQL engine's statement")
+    if limited:
+        atp.register_task_type("tests.noop", "tests.handlers.noop", max_concurrency=50)
     _enqueue(WAITING)
     if statistics == "never analyzed":
         _forget_statistics()
@@ -195,11 +200,14 @@ def test_the_plan_kept_for_the_daemons_round_reads_each_row_by_its_key(
             cursor.execute("ANALYZE atp_task")
             cursor.execute("ANALYZE atp_instance")
     outcomes = [Outcome.finished(0, 1, None)]  # no such task: written as nothing
-    settled, claimed = engine.settle_and_claim(daemon, outcomes, 4, [noop_type.pk], start=4)
+    settled, claimed = engine.settle_and_claim(daemon, outcomes, 4, [noop_type.pk], start=4,
+                                              limited=limited)
     assert (settled, len(claimed)) == (set(), 4)
     params = {**postgresql.settle_parameters(daemon, outcomes),
               **postgresql.claim_parameters(daemon, 4, [noop_type.pk], start=4, inputs=True)}
-    plan = kept_plan(postgresql.with_limit(postgresql.SETTLE_AND_CLAIM, 4), params)
+    statement = (postgresql.SETTLE_AND_CLAIM_WITHIN_LIMITS if limited
+                 else postgresql.SETTLE_AND_CLAIM)
+    plan = kept_plan(postgresql.with_limit(statement, 4), params)
     nodes = list(_nodes(plan[0]["Plan"]))
     reads = [(node["Relation Name"], node["Node Type"], node.get("Index Name"),
               node.get("Index Cond"))
@@ -207,10 +215,13 @@ def test_the_plan_kept_for_the_daemons_round_reads_each_row_by_its_key(
              and node["Node Type"] not in ("ModifyTable", "LockRows")]
     assert reads, nodes
     for table, kind, index, condition in reads:
-        assert kind == "Index Scan" and index in KEYED[table], reads
+        assert kind in ("Index Scan", "Index Only Scan") and index in KEYED[table], reads
         # By a key: a walk of a whole index is as slow as a scan of its table (the lock
         # of the settled tasks' rows once walked all of atp_instance, 95 ms a round
         # with 100,000 tasks).
         assert condition or index == "atp_task_claim_idx", reads
     assert "Hash Join" not in [node["Node Type"] for node in nodes if any(
         child.get("Relation Name") == "atp_instance" for child in _nodes(node))], reads
+    if limited:
+        assert ("atp_task", "atp_task_type_lease_idx") in [
+            (table, index) for table, _, index, _ in reads], reads

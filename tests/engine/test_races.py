@@ -9,6 +9,7 @@ else goes wrong there.
 """
 
 import pytest
+from django.db import connection
 
 import atp
 from atp import engine
@@ -133,6 +134,44 @@ def test_max_concurrency_counts_a_worker_still_being_stopped(db, daemon, take_aw
     engine.release(running.pk, daemon=daemon)  # its worker is gone now
     claimed = [t.pk for t in atp.dequeue(other, limit=2)]
     assert len(claimed) == 1 and claimed[0] in (running.pk, waiting.pk)
+
+
+@pytest.mark.parametrize("known", [False, True], ids=["limit met", "limit known"])
+def test_two_claims_racing_for_the_last_slot_of_a_limited_type_take_it_once(db, known):
+    """The second claim waits for the first's lock of the type, then counts the leases
+    as the first committed them: not as they were when its own statement began."""
+    atp.register_task_type("tests.single", "tests.handlers.noop", max_concurrency=1)
+    type_id = atp.get_type("tests.single").pk
+    queued = [atp.enqueue("tests.single") for _ in range(2)]
+    first_daemon, second_daemon = engine.register_daemon(), engine.register_daemon()
+
+    def claim(daemon):
+        return engine.claim_for_daemon(daemon, 2, [type_id], start=1, limited=known)
+
+    # Paused once it has claimed, uncommitted: after its history entries, but not after
+    # PostgreSQL's plain claim (``kinds AS``, no ``quota AS``), which meets the limit,
+    # takes nothing and hands over to the claim within limits.
+    first, second = interleave(lambda: claim(first_daemon), lambda: claim(second_daemon),
+                               pause_after=r"(?s)quota AS|^(?!.*kinds AS).*atp_logrecord")
+    claimed = [task.pk for task in first.get() + second.get()]
+    assert claimed == [queued[0].pk], "a limited type's last slot was taken twice"
+    assert Task.objects.filter(daemon__isnull=False).count() == 1
+    assert_invariants()
+
+
+def test_an_enqueue_does_not_wait_for_a_claim_within_limits_of_its_type(db):
+    atp.register_task_type("tests.single", "tests.handlers.noop", max_concurrency=1)
+    type_id = atp.get_type("tests.single").pk
+    queued = atp.enqueue("tests.single")
+    daemon = engine.register_daemon()
+    first, second = interleave(
+        lambda: engine.claim_for_daemon(daemon, 1, [type_id], limited=True),
+        lambda: atp.enqueue("tests.single"),
+        pause_after=r"(?s)quota AS|^(?!.*kinds AS).*atp_logrecord")
+    assert [task.pk for task in first.get()] == [queued.pk]
+    assert second.get().pk != queued.pk
+    if connection.vendor == "postgresql":  # SQLite has one writer at a time
+        assert not second.waited, "an enqueue waited for a claim of its type"
 
 
 def test_operator_verbs_on_a_task_its_daemon_hands_back_meanwhile(noop_type, daemon):

@@ -220,15 +220,19 @@ def test_an_outcome_checks_its_response_where_it_is_made():
     assert handed_back.since_start(2.0) is handed_back  # it never ran: no start to write
 
 
-@pytest.mark.parametrize("limited", [False, True], ids=["plain", "concurrency-limited"])
-def test_settle_and_claim_writes_the_ends_and_starts_the_next_tasks(db, daemon, limited):
+@pytest.mark.parametrize("limited, known", [(False, False), (True, False), (True, True)],
+                         ids=["plain", "concurrency-limited", "concurrency-limited, known"])
+def test_settle_and_claim_writes_the_ends_and_starts_the_next_tasks(db, daemon, limited, known):
+    """``known``: the daemon says a type it serves has a limit (the claim within limits
+    then counts, in the same statement, the leases its settle ends)."""
     atp.register_task_type("tests.echo", "tests.handlers.echo",
                            max_concurrency=2 if limited else None)
     done = atp.enqueue("tests.echo", priority=5)
     waiting = [atp.enqueue("tests.echo", {"n": n}) for n in range(3)]
     running(done, daemon)
     settled, claimed = engine.settle_and_claim(
-        daemon, [Outcome.finished(done.pk, 1, {"ok": True})], 5, [done.type_id], start=5)
+        daemon, [Outcome.finished(done.pk, 1, {"ok": True})], 5, [done.type_id], start=5,
+        limited=known)
     assert settled == {done.pk}
     assert Instance.objects.get(pk=done.pk).status == Status.FINISHED
     assert atp.get_response(done).json() == {"ok": True}
@@ -258,6 +262,29 @@ def test_settle_and_claim_is_one_statement_on_postgresql(noop_type, daemon):
     statements = [query["sql"] for query in queries
                   if "SAVEPOINT" not in (query["sql"] or "")]  # of the test's transaction
     # The planner settings of the claim's transaction, then the statement itself.
+    assert len(statements) == 2, statements
+
+
+def test_within_limits_settle_and_claim_is_two_statements_on_postgresql(db, daemon):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from atp.engine.engines import engine as chosen
+
+    if chosen() is None or chosen().__name__ != "atp.engine.postgresql":
+        pytest.skip("the PostgreSQL engine's")
+    atp.register_task_type("tests.single", "tests.handlers.noop", max_concurrency=1)
+    done, waiting = atp.enqueue("tests.single"), atp.enqueue("tests.single")
+    running(done, daemon)
+    with CaptureQueriesContext(connection) as queries:
+        settled, claimed = engine.settle_and_claim(
+            daemon, [Outcome.finished(done.pk, 1, None)], 2, [done.type_id], start=1,
+            limited=True)
+    assert settled == {done.pk} and [task.pk for task in claimed] == [waiting.pk]
+    statements = [query["sql"] for query in queries
+                  if "SAVEPOINT" not in (query["sql"] or "")]  # of the test's transaction
+    # The planner settings with the locks of the daemon and its limited types, then the
+    # statement (which must read the leases after those locks are held).
     assert len(statements) == 2, statements
 
 

@@ -12,6 +12,7 @@ import uuid
 
 from django.conf import settings
 from django.db import IntegrityError
+from django.db.models.base import ModelState
 from django.utils import timezone
 
 from atp.db import database_now, run_in_transaction
@@ -117,14 +118,22 @@ def _write(fast, task_type, encoded, priority, schedule):
         return None
     keys = {identifier: (pk, created) for pk, identifier, created in rows}
     shared = copy.copy(task_type)  # the cached one stays the cache's
-    instances = []
-    for identifier, _ in encoded:
-        instance = Instance(type=shared, identifier=identifier, priority=priority)
-        instance.pk, instance.created = keys[identifier]
-        instance.updated = instance.created
-        instance._state.adding, instance._state.db = False, database()
-        instances.append(instance)
-    return instances
+    template = Instance(type=shared, identifier="", priority=priority)
+    return [_as_stored(template, identifier, *keys[identifier]) for identifier, _ in encoded]
+
+
+def _as_stored(template, identifier, pk, created):
+    """Return a copy of the unsaved ``template`` as the database stored it, with its own
+    state: what ``Model.__init__`` would build, at a tenth of its cost (an ``enqueue_many``
+    of 1,000 tasks spent a quarter of its time there)."""
+    instance = Instance.__new__(Instance)
+    instance.__dict__.update(template.__dict__)
+    state = instance._state = ModelState()
+    state.adding, state.db = False, database()
+    state.fields_cache = dict(template._state.fields_cache)  # its type
+    instance.identifier, instance.pk, instance.created, instance.updated = (
+        identifier, pk, created, created)
+    return instance
 
 
 def _duplicate(task_type, encoded):

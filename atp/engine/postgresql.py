@@ -645,7 +645,10 @@ def enqueue_many(task_type, identifiers, data, priority, not_before, notify):
         "RETURNING id, identifier, created), "
         f"queued AS ({queued} FROM new), "
         f"stored AS ({stored} FROM new JOIN batch USING (identifier)), "
-        f"logged AS ({logged} FROM new) SELECT id, identifier, created FROM new"
+        # One creation time for all (the statement's): loading it costs more than the
+        # rest of a row.
+        f"logged AS ({logged} FROM new) "
+        "SELECT id, identifier, CASE WHEN row_number() OVER () = 1 THEN created END FROM new"
     )
     params = [*kind_params, identifiers, data, *new_params, *queued_params,
               *stored_params, *logged_params]
@@ -656,4 +659,5 @@ def enqueue_many(task_type, identifiers, data, priority, not_before, notify):
             return None
         if notify:
             cursor.execute(f"NOTIFY {QUEUE_CHANNEL}")
-    return rows
+    created = next(created for _, _, created in rows if created is not None)
+    return [(pk, identifier, created) for pk, identifier, _ in rows]

@@ -248,3 +248,26 @@ def test_no_notification_for_a_rollback_or_a_delayed_task(noop_type, listener):
         raise Boom
     atp.enqueue("tests.noop", countdown=60)
     assert listener() == []
+
+
+@pytest.mark.parametrize("count", [1, 3])
+def test_the_tasks_enqueue_returns_are_as_stored(noop_type, count):
+    """They are built without ``Model.__init__``: each must still be the row as stored,
+    with its type and a state of its own."""
+    enqueued = (atp.enqueue_many("tests.noop", [{"n": n} for n in range(count)], priority=4)
+                if count > 1 else [atp.enqueue("tests.noop", {"n": 0}, priority=4)])
+    fields = [field.attname for field in Instance._meta.concrete_fields]
+    for instance in enqueued:
+        stored = Instance.objects.get(pk=instance.pk)
+        assert {name: getattr(instance, name) for name in fields} == {
+            name: getattr(stored, name) for name in fields}
+        assert not instance._state.adding and instance._state.db == stored._state.db
+    first, *others = enqueued
+    with CaptureQueriesContext(connection) as queries:
+        assert first.type.identifier == "tests.noop"
+    assert len(queries) == 0
+    first.progress_message = "changed"
+    first.save(update_fields=["progress_message"])  # an update, not an insert
+    assert Instance.objects.get(pk=first.pk).progress_message == "changed"
+    assert all(other._state is not first._state for other in others)
+    assert all(other.progress_message == "" for other in others)

@@ -1,7 +1,7 @@
 """Benchmark atpd: drain rate, latency, enqueue cost and the supervisor's memory.
 
-    python -m bench.daemon [--tasks 5000] [--workers 1 4] [--samples 200]
-                           [--big 100000] [--json PATH]
+    python -m bench.daemon [--tasks 5000] [--workers 1 4] [--repeat 3] [--samples 200]
+                           [--big 100000] [--no-limited] [--json PATH]
 
 The database comes from ATP_BENCH_DATABASE_URL (a fresh temporary SQLite file when
 unset). A PostgreSQL database named there is dropped and created anew. Run it through
@@ -9,7 +9,8 @@ unset). A PostgreSQL database named there is dropped and created anew. Run it th
 
 - W1, drain: N no-op tasks are bulk-enqueued, then ``atpd --burst --workers W`` runs
   them. The rate is N over the time from the first task's start to the last one's
-  end, on the database clock (process start-up excluded; the wall time is printed).
+  end, on the database clock (process start-up excluded). Each drain runs ``--repeat``
+  times; the figure is the median (a shared machine's runs differ by a third).
 - W2, latency: one daemon (one worker, default settings) idles; single tasks are
   enqueued one at a time, and each one's start and end minus its creation (database
   clock) are taken: p50, p95, p99.
@@ -241,6 +242,7 @@ def main():
     parser.add_argument("--enqueues", type=int, default=1000)
     parser.add_argument("--bulk", type=int, default=20000)
     parser.add_argument("--big", type=int, default=100000)
+    parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--limited", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--json", type=Path, default=None)
     options = parser.parse_args()
@@ -257,16 +259,18 @@ def main():
     }
     figures = result["figures"]
     for workers in options.workers:
-        drained = drain(options.tasks, workers)
-        figures[f"drain_{workers}"] = drained["rate"]
+        rates = [drain(options.tasks, workers)["rate"] for _ in range(options.repeat)]
+        figures[f"drain_{workers}"] = statistics.median(rates)
         print(f"W1 drain {options.tasks} no-op tasks, {workers} worker(s): "
-              f"{drained['rate']:,.0f} tasks/s (wall {drained['wall']:.1f} s with start-up)",
-              flush=True)
+              f"{statistics.median(rates):,.0f} tasks/s (median of "
+              f"{', '.join(f'{rate:,.0f}' for rate in rates)})", flush=True)
     if options.limited:
-        limited = drain(options.tasks, 4, task_type=LIMITED_TYPE)
-        figures["limited_drain_4"] = limited["rate"]
+        rates = [drain(options.tasks, 4, task_type=LIMITED_TYPE)["rate"]
+                 for _ in range(options.repeat)]
+        figures["limited_drain_4"] = statistics.median(rates)
         print(f"W1 drain {options.tasks} no-op tasks of a type with max_concurrency "
-              f"{LIMITED_CONCURRENCY}, 4 workers: {limited['rate']:,.0f} tasks/s", flush=True)
+              f"{LIMITED_CONCURRENCY}, 4 workers: {statistics.median(rates):,.0f} tasks/s "
+              f"(median of {', '.join(f'{rate:,.0f}' for rate in rates)})", flush=True)
     start, finish = latency(options.samples)
     for name, values in (("start", start), ("finish", finish)):
         for quantile, value in values.items():

@@ -24,6 +24,10 @@ unset). A PostgreSQL database named there is dropped and created anew. Run it th
   every second, and its growth is the last sample minus the one taken once 1,000
   tasks had finished. ``--big 0`` skips it.
 
+First it times the machine itself (``machine_reference``: a Python loop, an fsync, a
+database round trip): the same kind of machine has been 2 to 4 times slower on one
+day than on another, and figures compare only between runs whose machine lines agree.
+
 The table goes to standard output and, as JSON, to ``--json`` (default
 ``.bench/<database>.json``).
 """
@@ -234,6 +238,37 @@ def enqueue_cost(calls, bulk):
     return statistics.median(times), rate
 
 
+def machine_reference(directory):
+    """Return how fast this machine is at what the figures depend on: the CPU (a pure
+    Python loop), durable writes (an fsync of 4 KiB in ``directory``) and, for the
+    database, a round trip (``SELECT 1``). Figures of two runs compare only as far as
+    these agree: the same kind of machine has varied by a factor of 2 to 4."""
+    from django.db import connection
+
+    began = time.perf_counter()
+    total = 0
+    for number in range(1_000_000):
+        total += number
+    loop_ms = (time.perf_counter() - began) * 1000
+    path = Path(directory) / "fsync-probe"
+    with open(path, "wb") as probe:
+        began = time.perf_counter()
+        for _ in range(200):
+            probe.write(b"\0" * 4096)
+            probe.flush()
+            os.fsync(probe.fileno())
+        fsync_ms = (time.perf_counter() - began) * 1000 / 200
+    path.unlink()
+    with connection.cursor() as cursor:
+        began = time.perf_counter()
+        for _ in range(500):
+            cursor.execute("SELECT 1")
+            cursor.fetchone()
+        round_trip_ms = (time.perf_counter() - began) * 1000 / 500
+    return {"python_loop_1m_ms": loop_ms, "fsync_4k_ms": fsync_ms,
+            "select_1_ms": round_trip_ms}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", type=int, default=5000)
@@ -258,6 +293,11 @@ def main():
         "tasks": options.tasks, "figures": {},
     }
     figures = result["figures"]
+    reference = machine_reference(tempfile.gettempdir())
+    result["machine"]["reference"] = reference
+    print("machine: 1,000,000 Python additions {python_loop_1m_ms:.0f} ms; fsync of 4 KiB "
+          "{fsync_4k_ms:.2f} ms; SELECT 1 round trip {select_1_ms:.3f} ms".format(**reference),
+          flush=True)
     for workers in options.workers:
         rates = [drain(options.tasks, workers)["rate"] for _ in range(options.repeat)]
         figures[f"drain_{workers}"] = statistics.median(rates)

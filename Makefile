@@ -17,7 +17,7 @@ CHAOS_ARGS ?=
 ATP_REQUIRE_POSTGRES ?= 0
 DJANGO_COMPAT ?= Django>=4.2,<5.0
 
-.PHONY: demo test test-fast browser test-sqlite test-postgres test-orm test-compat bench \
+.PHONY: demo test test-fast browser test-sqlite test-postgres test-orm test-compat test-django6 bench \
 	bench-admin screenshots \
 	guards chaos lint clean
 
@@ -70,6 +70,21 @@ test-postgres: $(VENV)/.installed
 		echo "== PostgreSQL at $$ATP_TEST_DATABASE_URL does not answer: the suite ran on SQLite only"; \
 	fi
 
+# Django 6 (built-in django.tasks) needs Python 3.12: the first interpreter found that is
+# 3.12 (pyenv's shim of python3.12 may refuse to run; pyenv's own copy is looked for).
+PYTHON312 ?= $(shell for p in python3.12 "$$(pyenv root 2>/dev/null)/versions/3.12.1/bin/python3.12"; do \
+	"$$p" -c 'import sys; assert sys.version_info[:2] == (3, 12)' >/dev/null 2>&1 && echo "$$p" && break; done)
+DJANGO_NEXT ?= Django>=6.0,<6.2
+
+# The whole suite on Django 6 and Python 3.12, in a venv of its own, on both databases.
+test-django6:
+	@if [ -z "$(PYTHON312)" ]; then \
+		echo "the Django 6 stack needs Python 3.12, and none was found (python3.12, or pyenv's 3.12.1)" >&2; \
+		exit 1; fi
+	$(MAKE) .venv-django6/.installed VENV=.venv-django6 PYTHON="$(PYTHON312)"
+	.venv-django6/bin/python -m pip install --quiet '$(DJANGO_NEXT)'
+	$(MAKE) test VENV=.venv-django6
+
 # The oldest supported Django, in a venv of its own, on both databases.
 test-compat:
 	$(MAKE) .venv-compat/.installed VENV=.venv-compat
@@ -111,4 +126,4 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check atp atp_demo tests bench
 
 clean:
-	rm -rf $(VENV) .venv-compat build dist *.egg-info db.sqlite3 db.sqlite3-shm db.sqlite3-wal db.sqlite3.atpd
+	rm -rf $(VENV) .venv-compat .venv-django6 build dist *.egg-info db.sqlite3 db.sqlite3-shm db.sqlite3-wal db.sqlite3.atpd

@@ -19,6 +19,11 @@ class AtpConfig(AppConfig):
         connection_created.connect(configure_sqlite, dispatch_uid="atp.configure_sqlite")
         post_migrate.connect(sync_types_after_migrate, sender=self)
         registry.autodiscover()
+        # The queues of TASKS backends that are atp's (read from the settings alone:
+        # the Tasks framework is imported only when a task of theirs runs or is queued).
+        from atp.djangotasks import config
+
+        config.declare_types()
 
 
 def sync_types_after_migrate(sender, using, plan=None, **kwargs):

@@ -22,6 +22,7 @@ atp.E016  ATP_PREPARED_STATEMENTS is not a boolean.
 from django.apps import apps
 from django.conf import settings
 from django.core.checks import Error, Tags, register
+from django.core.exceptions import ImproperlyConfigured
 
 from atp.conf import conf
 from atp.exceptions import InvalidHandler
@@ -143,4 +144,22 @@ def check_declared_handlers(app_configs=None, **kwargs):
                 "module in ATP_HANDLER_MODULES.",
                 id="atp.E006",
             ))
+    return errors
+
+
+@register()
+def check_django_tasks_backends(app_configs=None, **kwargs):
+    """The ``TASKS`` backends that are ``atp.backends.ATPBackend`` must be able to work."""
+    from atp.djangotasks import config
+
+    backends = config.atp_backends()
+    errors = []
+    if backends:
+        try:
+            import atp.djangotasks.compat  # noqa: F401
+        except ImproperlyConfigured as exc:
+            errors.append(Error(str(exc), id="atp.E021"))
+    for alias, params in backends.items():
+        errors += [Error(f"TASKS[{alias!r}]: {problem}", id="atp.E020")
+                   for problem in config.problems(alias, params)]
     return errors

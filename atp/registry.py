@@ -62,6 +62,15 @@ def task_type(identifier, **parameters):
     return decorator
 
 
+def declare(identifier, handler, parameters):
+    """Declare task type ``identifier``, run by the handler at the dotted path ``handler``,
+    as ``@task_type`` does for a function (for types declared by atp itself, such as
+    the queues of ``atp.backends.ATPBackend``)."""
+    identifier = clean_type_identifier(identifier)
+    _declarations[identifier] = Declaration(
+        identifier, handler, clean_type_parameters(parameters, allow_pickle=True))
+
+
 def declarations():
     """Return the task types declared in code, by identifier."""
     return dict(_declarations)

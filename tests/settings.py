@@ -86,3 +86,12 @@ ATP_ENGINE = os.environ.get("ATP_TEST_ENGINE", "auto")
 if "ATP_PICKLE_ENABLED" in os.environ:
     ATP_PICKLE_ENABLED = os.environ["ATP_PICKLE_ENABLED"] == "1"
 LOGIN_URL = "admin:login"
+
+# Django's Tasks framework, run by atpd (tests/djangotasks): one backend, three queues.
+TASKS = {
+    "default": {
+        "BACKEND": "atp.backends.ATPBackend",
+        "QUEUES": ["default", "other", "brief"],
+        "OPTIONS": {"timeout": 60, "QUEUES": {"brief": {"timeout": 3, "max_restarts": 0}}},
+    },
+}

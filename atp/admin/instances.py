@@ -136,8 +136,13 @@ class InstanceAdmin(NumericKeys, admin.ModelAdmin):
         return [(title, {**options, "fields": [f for f in options["fields"] if f not in hidden]})
                 for title, options in super().get_fieldsets(request, obj)]
 
-    def get_actions(self, request):
-        actions = super().get_actions(request)
+    def get_actions(self, request, action_location=None):
+        # Django 6.1 asks for the actions of a place (the list, or a task's page); older
+        # versions only have the list's.
+        if action_location is None:
+            actions = super().get_actions(request)
+        else:
+            actions = super().get_actions(request, action_location=action_location)
         actions.pop("delete_selected", None)
         return actions
 

@@ -1,0 +1,72 @@
+"""``ATPBackend``: Django's Tasks framework in front, atp behind.
+
+    TASKS = {"default": {"BACKEND": "atp.backends.ATPBackend",
+                         "QUEUES": ["default", "emails"],
+                         "OPTIONS": {"timeout": 600, "QUEUES": {"emails": {"max_concurrency": 2}}}}}
+
+A task function's call is enqueued as an atp task of its queue's type
+(``django.tasks/<alias>/<queue>``, see ``atp.djangotasks.config``), in the caller's
+transaction like ``atp.enqueue``; ``atpd`` runs it (``atp.djangotasks.runner``) with
+atp's time-outs, restarts, fencing, pause and history. Works with Django 6's
+``django.tasks`` and with the ``django_tasks`` backport (``atp.djangotasks.compat``).
+See docs/django-tasks.md.
+"""
+
+from django.utils import timezone
+
+import atp
+from atp.djangotasks import config, results
+from atp.djangotasks.compat import (
+    BaseTaskBackend,
+    InvalidTask,
+    TaskResult,
+    TaskResultStatus,
+    normalize_json,
+    task_enqueued,
+)
+
+
+class ATPBackend(BaseTaskBackend):
+    """Run ``@task`` functions with atpd."""
+
+    supports_defer = True
+    supports_priority = True
+    supports_get_result = True
+    supports_async_task = True
+
+    def __init__(self, alias, params):
+        super().__init__(alias, params)
+        self.params = params
+
+    def validate_task(self, task):
+        super().validate_task(task)
+        if not task.module_path or "<" in task.module_path:
+            raise InvalidTask("Task function must be importable by its module path.")
+
+    def enqueue(self, task, args, kwargs):
+        """Queue a call of ``task``; return its ``TaskResult`` (READY)."""
+        self.validate_task(task)
+        try:
+            args, kwargs = normalize_json(list(args)), normalize_json(dict(kwargs))
+        except (TypeError, ValueError) as exc:
+            raise InvalidTask(f"Task arguments must be JSON: {exc}") from exc
+        inputs = {"task": task.module_path, "args": args, "kwargs": kwargs,
+                  "run_after": None if task.run_after is None else task.run_after.isoformat()}
+        eta = task.run_after
+        if eta is not None and timezone.is_naive(eta):
+            eta = timezone.make_aware(eta)
+        instance = atp.enqueue(config.type_identifier(self.alias, task.queue_name), inputs,
+                               priority=task.priority, eta=eta)
+        result = TaskResult(
+            task=task, id=str(instance.pk), status=TaskResultStatus.READY,
+            enqueued_at=instance.created, started_at=None, finished_at=None,
+            last_attempted_at=None, args=args, kwargs=kwargs, backend=self.alias,
+            errors=[], worker_ids=[],
+        )
+        task_enqueued.send(type(self), task_result=result)
+        return result
+
+    def get_result(self, result_id):
+        """Return the ``TaskResult`` of ``result_id`` as atp's rows say now; raise
+        ``TaskResultDoesNotExist``."""
+        return results.load(self.alias, result_id)

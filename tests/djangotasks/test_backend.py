@@ -1,0 +1,105 @@
+"""ATPBackend without a daemon: validation, what enqueue writes, results, configuration."""
+
+import pytest
+from django.core.checks import run_checks
+from django.db import transaction
+from django.test import override_settings
+
+import atp
+from atp.djangotasks import config
+from atp.djangotasks.compat import InvalidTask, TaskResultDoesNotExist, TaskResultStatus
+from atp.models import Instance, Type
+from tests.djangotasks import functions
+
+pytestmark = pytest.mark.django_db
+
+
+def test_each_queue_is_an_atp_task_type_with_the_options_of_its_backend():
+    result = functions.add.using(queue_name="brief").enqueue(1, 2)
+    instance = Instance.objects.select_related("type").get(pk=int(result.id))
+    assert instance.type.identifier == "django.tasks/default/brief"
+    assert instance.type.handler == config.HANDLER
+    assert (instance.type.timeout.total_seconds(), instance.type.max_restarts) == (3, 0)
+    other = Type.objects.get(identifier="django.tasks/default/other")
+    assert other.timeout.total_seconds() == 60  # the backend's default for every queue
+    assert instance.load_inputs() == {"task": "tests.djangotasks.functions.add",
+                                      "args": [1, 2], "kwargs": {}, "run_after": None}
+
+
+def test_an_unknown_queue_is_refused_at_validation():
+    with pytest.raises(InvalidTask, match="Queue 'nowhere' is not valid"):
+        functions.add.using(queue_name="nowhere")
+
+
+def test_arguments_that_are_not_json_are_refused_and_nothing_is_written():
+    before = Instance.objects.count()
+    with pytest.raises((InvalidTask, TypeError)):
+        functions.add.enqueue(object(), 1)
+    assert Instance.objects.count() == before
+
+
+def test_enqueue_is_part_of_the_callers_transaction():
+    before = Instance.objects.count()
+    with transaction.atomic():
+        result = functions.add.enqueue(1, 1)
+        transaction.set_rollback(True)
+    assert Instance.objects.count() == before
+    with pytest.raises(TaskResultDoesNotExist):
+        functions.add.get_result(result.id)
+
+
+def test_a_result_is_read_back_ready_with_its_priority():
+    result = functions.add.using(priority=7).enqueue(1, 1)
+    again = functions.add.get_result(result.id)
+    assert again.status == TaskResultStatus.READY
+    assert (again.task.priority, again.args, again.started_at) == (7, [1, 1], None)
+    with pytest.raises(ValueError, match="not finished"):
+        again.return_value  # noqa: B018
+
+
+@pytest.mark.parametrize("result_id", ["999999", "abc", "", "-1", "1" * 40])
+def test_an_unknown_result_id_does_not_exist(result_id):
+    with pytest.raises(TaskResultDoesNotExist):
+        functions.add.get_result(result_id)
+
+
+def test_the_id_of_an_atp_task_that_is_not_a_django_task_is_refused_clearly(noop_type):
+    plain = atp.enqueue("tests.noop")
+    with pytest.raises(TaskResultDoesNotExist, match="is not a Django task"):
+        functions.add.get_result(str(plain.pk))
+
+
+def test_a_cancelled_task_is_failed_or_cancelled():
+    result = functions.add.enqueue(1, 1)
+    atp.cancel(int(result.id))
+    result.refresh()
+    expected = getattr(TaskResultStatus, "CANCELLED", TaskResultStatus.FAILED)
+    assert result.status == expected and result.finished_at is not None
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"timeout": "soon"}, "timeout"),
+    ({"colour": "blue"}, "unknown OPTIONS 'colour'"),
+    ({"QUEUES": {"elsewhere": {}}}, "queue 'elsewhere', which is not in QUEUES"),
+    ({"QUEUES": {"default": {"max_concurrency": 0}}}, "max_concurrency"),
+])
+def test_a_tasks_setting_that_cannot_work_is_reported_by_the_checks(options, message):
+    tasks = {"default": {"BACKEND": config.BACKEND_PATH, "OPTIONS": options}}
+    with override_settings(TASKS=tasks):
+        errors = [error for error in run_checks() if error.id == "atp.E020"]
+    assert errors and message in errors[0].msg, errors
+
+
+def test_a_good_tasks_setting_passes_the_checks():
+    assert [error for error in run_checks() if error.id.startswith("atp.E02")] == []
+
+
+def test_the_checks_say_when_the_framework_is_missing(monkeypatch):
+    import sys
+
+    # As on Django 4.2-5.2 without the backport: neither module can be imported.
+    monkeypatch.delitem(sys.modules, "atp.djangotasks.compat")
+    monkeypatch.setitem(sys.modules, "django.tasks", None)
+    monkeypatch.setitem(sys.modules, "django_tasks", None)
+    [error] = [error for error in run_checks() if error.id == "atp.E021"]
+    assert "install the backport" in error.msg

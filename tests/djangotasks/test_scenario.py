@@ -1,0 +1,150 @@
+"""Django's Tasks framework in front of atp, run by real daemons: the same scenarios on
+the ``django_tasks`` backport (Django 4.2 and 5.2) and on Django 6's ``django.tasks``."""
+
+import datetime
+import os
+import signal
+
+import pytest
+from django.utils import timezone
+
+import atp
+from atp.djangotasks.compat import BUILT_IN, TaskResultStatus
+from tests.djangotasks import functions
+from tests.processes import wait_until
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def signal_log(tmp_path, monkeypatch):
+    path = tmp_path / "signals.log"
+    monkeypatch.setenv("ATP_TEST_SIGNAL_LOG", str(path))
+    return path
+
+
+@pytest.fixture
+def daemon(start_daemon, signal_log):
+    return start_daemon("--workers", "2")
+
+
+def finished(result, timeout=30, daemon=None):
+    def done():
+        result.refresh()
+        return result.is_finished
+    wait_until(done, timeout, message=f"task result {result.id} finished",
+               output=None if daemon is None else daemon.output)
+    return result
+
+
+def test_the_framework_is_the_one_this_django_has():
+    import django
+
+    assert BUILT_IN == (django.VERSION >= (6, 0))
+
+
+def test_a_task_runs_and_its_result_is_read_from_any_process(daemon, signal_log):
+    result = functions.add.enqueue(2, 3)
+    assert result.status == TaskResultStatus.READY and result.enqueued_at is not None
+    finished(result, daemon=daemon)
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert result.return_value == 5
+    again = functions.add.get_result(result.id)
+    assert (again.return_value, again.args, again.kwargs) == (5, [2, 3], {})
+    assert again.enqueued_at <= again.started_at <= again.last_attempted_at <= again.finished_at
+    assert len(again.worker_ids) == 1 and again.errors == []
+    # The signals, in order: enqueued here, started and finished in the worker.
+    assert signal_log.read_text().splitlines() == [
+        f"enqueued {result.id} READY", f"started {result.id} RUNNING",
+        f"finished {result.id} SUCCESSFUL"]
+
+
+def test_json_arguments_and_return_values_round_trip(daemon):
+    result = functions.echo.enqueue(1, "two", [3.5, None], flag=True, nested={"a": [1]})
+    finished(result, daemon=daemon)
+    assert result.return_value == {"args": [1, "two", [3.5, None]],
+                                   "kwargs": {"flag": True, "nested": {"a": [1]}}}
+
+
+def test_a_deferred_task_does_not_start_before_its_time(daemon):
+    run_after = timezone.now() + datetime.timedelta(seconds=1.5)
+    result = functions.add.using(run_after=run_after).enqueue(1, 1)
+    finished(result, daemon=daemon)
+    assert result.started_at >= run_after
+    assert result.task.run_after == run_after
+
+
+def test_tasks_run_by_priority_then_in_enqueue_order(start_daemon, tmp_path):
+    order = tmp_path / "order"
+    low = functions.mark.using(priority=-5).enqueue(str(order), "low")
+    first = functions.mark.enqueue(str(order), "first")
+    high = functions.mark.using(priority=50).enqueue(str(order), "high")
+    second = functions.mark.enqueue(str(order), "second")
+    daemon = start_daemon("--workers", "1", "--prefetch", "0")
+    for result in (low, first, high, second):
+        finished(result, daemon=daemon)
+    assert order.read_text().split() == ["high", "first", "second", "low"]
+    assert high.task.priority == 50
+
+
+def test_get_result_while_running_and_after(daemon, tmp_path):
+    go = tmp_path / "go"
+    result = functions.wait_for.enqueue(str(go))
+
+    def running():
+        result.refresh()
+        return result.status == TaskResultStatus.RUNNING
+    wait_until(running, 30, message="the task running", output=daemon.output)
+    assert result.started_at is not None and result.finished_at is None
+    with pytest.raises(ValueError, match="not finished"):
+        result.return_value  # noqa: B018
+    go.touch()
+    finished(result, daemon=daemon)
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert result.finished_at >= result.started_at
+
+
+def test_a_failure_keeps_its_traceback_and_a_retry_runs_it_again(daemon, tmp_path, signal_log):
+    fixed = tmp_path / "fixed"
+    result = functions.fail_unless.enqueue(str(fixed))
+    finished(result, daemon=daemon)
+    assert result.status == TaskResultStatus.FAILED
+    [error] = result.errors
+    assert error.exception_class_path == "builtins.ValueError"
+    assert error.exception_class is ValueError
+    assert "fail_unless" in error.traceback and "is missing" in error.traceback
+    with pytest.raises(ValueError, match="failed"):
+        result.return_value  # noqa: B018
+    # A retry: the task again, on a new attempt.
+    fixed.touch()
+    atp.reenqueue(int(result.id))
+    wait_until(lambda: (result.refresh(), result.status)[1] == TaskResultStatus.SUCCESSFUL, 30,
+               message="the retry succeeded", output=daemon.output)
+    assert result.return_value == "fine"
+    assert len(result.worker_ids) == 2 and len(result.errors) == 1
+    assert [line.split()[0] for line in signal_log.read_text().splitlines()] == [
+        "enqueued", "started", "finished", "started", "finished"]
+
+
+def test_an_async_task_function_runs(daemon):
+    result = functions.add_later.enqueue(20, 22)
+    finished(result, daemon=daemon)
+    assert result.return_value == 42
+
+
+def test_a_function_taking_the_context_gets_its_attempt(daemon):
+    result = functions.which_attempt.enqueue("x")
+    finished(result, daemon=daemon)
+    assert result.return_value == {"attempt": 1, "id": result.id, "label": "x"}
+
+
+def test_a_task_whose_worker_is_killed_finishes_on_its_restart(daemon, tmp_path):
+    pid_file = tmp_path / "pid"
+    result = functions.hang_on_first_attempt.enqueue(str(pid_file))
+    wait_until(pid_file.exists, 30, message="the first attempt running", output=daemon.output)
+    os.kill(int(pid_file.read_text()), signal.SIGKILL)
+    finished(result, timeout=60, daemon=daemon)
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert result.return_value == 2
+    assert len(result.worker_ids) == 2
+    assert result.errors == []  # a restart is not an exception of the function

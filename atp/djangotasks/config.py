@@ -8,6 +8,7 @@ concurrency...) come from the backend's ``OPTIONS``: the keys of
 ``atp.registry.TYPE_PARAMETERS`` at its top level apply to every queue, and
 ``OPTIONS["QUEUES"][<queue>]`` overrides them for one queue. A task function that
 needs parameters of its own is given a queue of its own (``@task(queue_name=...)``).
+``atpd --queues`` serves the types of the queues it names.
 """
 
 from django.conf import settings
@@ -53,6 +54,23 @@ def queue_names(params):
     return list(params.get("QUEUES", [DEFAULT_QUEUE]))
 
 
+def queue_types(names):
+    """Return the task type identifiers of the queues ``names`` (in every ``ATPBackend``
+    that has them); raise ``InvalidParameter`` for a name none has."""
+    from atp.exceptions import InvalidParameter
+
+    backends = atp_backends()
+    known = {name: [type_identifier(alias, name) for alias, params in backends.items()
+                    if name in queue_names(params)]
+             for params in backends.values() for name in queue_names(params)}
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise InvalidParameter(
+            f"no Django Tasks queue {', '.join(map(repr, unknown))} in TASKS backends that are "
+            f"{BACKEND_PATH}; known: {', '.join(map(repr, sorted(known))) or 'none'}")
+    return [identifier for name in names for identifier in known[name]]
+
+
 def problems(alias, params):
     """Return what is wrong with backend ``alias``'s settings, as sentences (empty: nothing)."""
     found = []
@@ -73,6 +91,9 @@ def problems(alias, params):
     for name in sorted(set(per_queue) - set(queues)):
         found.append(f"OPTIONS['QUEUES'] sets queue {name!r}, which is not in QUEUES")
     for name in queues:
+        if "," in name or name != name.strip():
+            found.append(f"queue {name!r}: a queue name without commas or surrounding spaces "
+                         "can be given to atpd --queues")
         try:
             type_identifier(alias, name)
             parameters(params, name)

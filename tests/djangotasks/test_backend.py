@@ -103,3 +103,10 @@ def test_the_checks_say_when_the_framework_is_missing(monkeypatch):
     monkeypatch.setitem(sys.modules, "django_tasks", None)
     [error] = [error for error in run_checks() if error.id == "atp.E021"]
     assert "install the backport" in error.msg
+
+
+def test_a_queue_name_atpd_could_not_be_given_is_reported():
+    tasks = {"default": {"BACKEND": config.BACKEND_PATH, "QUEUES": ["a,b"]}}
+    with override_settings(TASKS=tasks):
+        errors = [error for error in run_checks() if error.id == "atp.E020"]
+    assert errors and "atpd --queues" in errors[0].msg, errors

@@ -148,3 +148,20 @@ def test_a_task_whose_worker_is_killed_finishes_on_its_restart(daemon, tmp_path)
     assert result.return_value == 2
     assert len(result.worker_ids) == 2
     assert result.errors == []  # a restart is not an exception of the function
+
+
+def test_a_daemon_serves_only_the_queues_it_is_given(start_daemon, tmp_path):
+    order = tmp_path / "order"
+    elsewhere = functions.mark.enqueue(str(order), "default queue")
+    mine = functions.mark.using(queue_name="other").enqueue(str(order), "other queue")
+    daemon = start_daemon("--workers", "1", "--queues", "other")
+    finished(mine, daemon=daemon)
+    elsewhere.refresh()
+    assert elsewhere.status == TaskResultStatus.READY
+    assert order.read_text().split("\n")[0] == "other queue"
+
+
+def test_an_unknown_queue_stops_the_daemon_saying_so(start_daemon):
+    daemon = start_daemon("--queues", "nowhere")
+    assert daemon.process.wait(timeout=60) != 0
+    assert "no Django Tasks queue 'nowhere'" in daemon.output()

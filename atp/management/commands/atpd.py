@@ -59,6 +59,11 @@ class Command(BaseCommand):
             help="Run only tasks of these types (default: all).",
         )
         parser.add_argument(
+            "--queues", type=type_list, default=None, metavar="QUEUE[,QUEUE...]",
+            help="Run only tasks of these queues of Django's Tasks framework (the TASKS "
+            "backends that are atp.backends.ATPBackend); with --types, of both.",
+        )
+        parser.add_argument(
             "--burst", action="store_true",
             help="Run what is runnable now, then exit (for cron jobs, tests, benchmarks).",
         )
@@ -109,9 +114,14 @@ class Command(BaseCommand):
 
             sys.exit(run_with_reload())
         try:
+            types = list(options["types"] or [])
+            if options["queues"]:
+                from atp.djangotasks.config import queue_types
+
+                types += queue_types(options["queues"])
             config = DaemonConfig(
                 workers=options["workers"] or default_workers(),
-                types=tuple(options["types"]) if options["types"] else None,
+                types=tuple(types) if types else None,
                 burst=options["burst"],
                 max_tasks_per_child=options["max_tasks_per_child"],
                 max_memory_per_child_mb=options["max_memory_per_child"],

@@ -12,8 +12,6 @@ atp's time-outs, restarts, fencing, pause and history. Works with Django 6's
 See docs/django-tasks.md.
 """
 
-from django.utils import timezone
-
 import atp
 from atp.djangotasks import config, results
 from atp.djangotasks.compat import (
@@ -52,11 +50,9 @@ class ATPBackend(BaseTaskBackend):
             raise InvalidTask(f"Task arguments must be JSON: {exc}") from exc
         inputs = {"task": task.module_path, "args": args, "kwargs": kwargs,
                   "run_after": None if task.run_after is None else task.run_after.isoformat()}
-        eta = task.run_after
-        if eta is not None and timezone.is_naive(eta):
-            eta = timezone.make_aware(eta)
+        # (validate_task refused a naive run_after: atp runs with USE_TZ, atp.E011.)
         instance = atp.enqueue(config.type_identifier(self.alias, task.queue_name), inputs,
-                               priority=task.priority, eta=eta)
+                               priority=task.priority, eta=task.run_after)
         result = TaskResult(
             task=task, id=str(instance.pk), status=TaskResultStatus.READY,
             enqueued_at=instance.created, started_at=None, finished_at=None,

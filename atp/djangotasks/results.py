@@ -73,6 +73,10 @@ def build(alias, instance, history, *, running=None):
     may not be written yet (a prefetched task's is written with the daemon's next round).
     """
     inputs = instance.inputs.load()
+    if not isinstance(inputs, dict) or not isinstance(inputs.get("task"), str):
+        raise TaskResultDoesNotExist(
+            f"atp task {instance.pk} is in a Django Tasks queue but its inputs do not name a "
+            "task function: it was not queued by ATPBackend")
     _, queue_name = config.parse_identifier(instance.type.identifier)
     task = task_of(inputs, alias, queue_name, instance.priority)
     starts, errors, marks = {}, [], {}

@@ -110,3 +110,10 @@ def test_a_queue_name_atpd_could_not_be_given_is_reported():
     with override_settings(TASKS=tasks):
         errors = [error for error in run_checks() if error.id == "atp.E020"]
     assert errors and "atpd --queues" in errors[0].msg, errors
+
+
+def test_a_task_in_a_queues_type_not_queued_by_the_backend_is_refused_clearly():
+    functions.add.enqueue(1, 1)  # the queue's type exists
+    stray = atp.enqueue("django.tasks/default/default", {"not": "a call"})
+    with pytest.raises(TaskResultDoesNotExist, match="not queued by ATPBackend"):
+        functions.add.get_result(str(stray.pk))

@@ -19,6 +19,14 @@ def running_count():
     return Instance.objects.filter(status=Status.RUNNING).count()
 
 
+def handlers_running(count):
+    """Return a test that ``count`` handlers run, each having written its first progress.
+    RUNNING alone is written by the claim, before a worker has read its task: a stop
+    then hands the task back "before it started", unrun."""
+    return lambda: Instance.objects.filter(
+        status=Status.RUNNING, progress_done__isnull=False).count() == count
+
+
 def test_burst_runs_what_is_queued_then_exits(start_daemon):
     atp.register_task_type("tests.echo", "tests.handlers.echo")
     atp.register_task_type("tests.ctx", "tests.handlers.log_and_respond")
@@ -35,10 +43,11 @@ def test_burst_runs_what_is_queued_then_exits(start_daemon):
 
 def test_sigterm_lets_running_tasks_finish_and_leaves_the_queue_alone(start_daemon):
     atp.register_task_type("tests.sleep", "tests.handlers.sleep")
-    running = atp.enqueue_many("tests.sleep", [{"seconds": 2}] * 2, priority=1)
+    running = atp.enqueue_many("tests.sleep", [{"seconds": 2, "progress": True}] * 2,
+                               priority=1)
     queued = atp.enqueue_many("tests.sleep", [{"seconds": 2}] * 3)
     daemon = start_daemon("--workers", 2)
-    wait_until(lambda: running_count() == 2, timeout=30, message="two tasks running")
+    wait_until(handlers_running(2), timeout=30, message="two handlers running")
     daemon.signal(signal.SIGTERM)
     assert daemon.wait(30) == 0, daemon.output()
     for instance in Instance.objects.filter(pk__in=[i.pk for i in running]):
@@ -49,9 +58,9 @@ def test_sigterm_lets_running_tasks_finish_and_leaves_the_queue_alone(start_daem
 
 def test_tasks_still_running_at_the_shutdown_timeout_go_back_without_a_restart(start_daemon):
     atp.register_task_type("tests.sleep", "tests.handlers.sleep")
-    long = atp.enqueue_many("tests.sleep", [{"seconds": 60}] * 2)
+    long = atp.enqueue_many("tests.sleep", [{"seconds": 60, "progress": True}] * 2)
     daemon = start_daemon("--workers", 2, "--shutdown-timeout", "0.5")
-    wait_until(lambda: running_count() == 2, timeout=30, message="two tasks running")
+    wait_until(handlers_running(2), timeout=30, message="two handlers running")
     daemon.signal(signal.SIGTERM)
     assert daemon.wait(20) == 0, daemon.output()
     for instance in Instance.objects.filter(pk__in=[i.pk for i in long]):

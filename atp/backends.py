@@ -13,6 +13,7 @@ See docs/django-tasks.md.
 """
 
 import atp
+from atp.registry import is_allowed_module
 from atp.djangotasks import config, results
 from atp.djangotasks.compat import (
     BaseTaskBackend,
@@ -40,6 +41,10 @@ class ATPBackend(BaseTaskBackend):
         super().validate_task(task)
         if not task.module_path or "<" in task.module_path:
             raise InvalidTask("Task function must be importable by its module path.")
+        if not is_allowed_module(task.func.__module__):
+            raise InvalidTask(
+                f"Task function must be in an installed app or ATP_HANDLER_MODULES "
+                f"({task.func.__module__} is in neither): atpd runs only such code.")
 
     def enqueue(self, task, args, kwargs):
         """Queue a call of ``task``; return its ``TaskResult`` (READY)."""

@@ -51,7 +51,7 @@ STATIC_URL = "static/"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
-ATP_HANDLER_MODULES = ["tests.handlers"]
+ATP_HANDLER_MODULES = ["tests.handlers", "tests.djangotasks"]
 # Handler modules a test writes while daemons run (see tests/daemon/test_catalog.py).
 if os.environ.get("ATP_TEST_MORE_HANDLER_MODULES"):
     ATP_HANDLER_MODULES += os.environ["ATP_TEST_MORE_HANDLER_MODULES"].split(",")

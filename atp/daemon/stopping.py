@@ -27,6 +27,8 @@ from django.db.models.functions import Now
 from atp import engine
 from atp.conf import conf
 from atp.daemon.outage import CONNECTION_ERRORS, TASK_MOVED_ON
+from atp.daemon.recording import settle
+from atp.engine.outcomes import Outcome
 from atp.models import Instance, Task
 from atp.states import IN_FLIGHT, Status
 
@@ -290,6 +292,19 @@ def write_after(assignment, cause):
         reason = f"worker died: {cause}"
     return f"restart task id={pk}", lambda: engine.restart(
         pk, reason, attempt=attempt, daemon=daemon)
+
+
+def unwritten_start(assignment):
+    """Return ``(description, write)`` writing the start of a prefetched attempt that began
+    but whose start the next round had not written yet, or None: its worker died or was
+    stopped first. Done before the restart or hand-back, it keeps the attempt's RUNNING
+    entry in the history (dated when the attempt began)."""
+    if assignment.start_written or assignment.ending in (Ending.SUPERSEDED, Ending.GONE):
+        return None
+    pk, attempt, daemon, since = (assignment.pk, assignment.attempt, assignment.daemon,
+                                  assignment.since)
+    return f"start of task id={pk}", lambda: settle(
+        daemon, [Outcome.started(pk, attempt, time.monotonic() - since)])
 
 
 def hand_back_unstarted(assignment, why):

@@ -38,6 +38,7 @@ from atp.daemon.stopping import (
     PendingWrites,
     Stopper,
     hand_back_unstarted,
+    unwritten_start,
     write_after,
 )
 from atp.daemon.wakeup import Listener
@@ -306,6 +307,9 @@ class Supervisor:
             self.pace.setback()
         write = write_after(assignment, cause)
         if write is not None:
+            start = unwritten_start(assignment)
+            if start is not None:
+                self.pending.add(*start)
             self.pending.add(*write)
 
     def _before_fork(self):

@@ -10,7 +10,10 @@ end. ``worker_ids`` has one entry per attempt that started: the daemon that ran 
 the runner noted it) and its traceback.
 """
 
+import copy
+
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 from django.utils.module_loading import import_string
 
 from atp.djangotasks import config
@@ -22,6 +25,7 @@ from atp.djangotasks.compat import (
     TaskResultStatus,
 )
 from atp.models import Instance, LogRecord, Response
+from atp.registry import is_allowed_module
 from atp.states import Status
 
 #: The history line the runner writes before a failing attempt's end: then the
@@ -111,6 +115,10 @@ def build(alias, instance, history, *, running=None):
 def task_of(inputs, alias, queue_name, priority):
     """Return the framework's ``Task`` the inputs name, as it was enqueued."""
     path = inputs["task"]
+    if not is_allowed_module(path.rpartition(".")[0]):
+        raise TaskResultDoesNotExist(
+            f"the task function {path!r} of this result is not in an installed app or "
+            "ATP_HANDLER_MODULES: it is not imported")
     try:
         task = import_string(path)
     except ImportError as exc:
@@ -120,11 +128,14 @@ def task_of(inputs, alias, queue_name, priority):
         raise TaskResultDoesNotExist(f"{path!r} is not a task function (@task)")
     run_after = inputs.get("run_after")
     if run_after is not None:
-        from django.utils.dateparse import parse_datetime
-
         run_after = parse_datetime(run_after)
-    return task.using(priority=priority, queue_name=queue_name, backend=alias,
-                      run_after=run_after)
+    # As it was enqueued, not validated again: its queue may have left QUEUES since (the
+    # queue's type stays, and atpd still runs what it holds).
+    enqueued = copy.copy(task)
+    for name, value in (("priority", priority), ("queue_name", queue_name),
+                        ("backend", alias), ("run_after", run_after)):
+        object.__setattr__(enqueued, name, value)
+    return enqueued
 
 
 def return_value(pk):
@@ -135,11 +146,19 @@ def return_value(pk):
     return response.json().get("return_value")
 
 
-def _class_path(traceback):
-    """Return an exception's class path read from the last line of its ``traceback``
-    (Python writes builtins' without their module)."""
-    lines = [line for line in traceback.strip().splitlines() if line and not line[0].isspace()]
-    if not lines:
-        return "builtins.Exception"
+def _class_path(message):
+    """Return the class path of the error a FAILED history entry describes.
+
+    A traceback's is read from its last line (Python writes builtins' without their
+    module; the runner notes it exactly, this is for entries it could not note). An
+    attempt that atp ended (a time-out, a worker's death with no restart left, inputs
+    that cannot be loaded) raised nothing: ``TimeoutError`` for a time-out, else
+    ``RuntimeError``, with atp's message as its traceback.
+    """
+    if not message.startswith("Traceback") and "Traceback (most recent call last)" not in message:
+        return "builtins.TimeoutError" if "time-out" in message else "builtins.RuntimeError"
+    lines = [line for line in message.strip().splitlines() if line and not line[0].isspace()]
     name = lines[-1].split(":", 1)[0].strip()
+    if not name.replace(".", "").replace("_", "").isalnum():
+        return "builtins.RuntimeError"
     return name if "." in name else f"builtins.{name}"

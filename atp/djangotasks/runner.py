@@ -47,7 +47,10 @@ def run(task, inputs):
     except Exception as exc:
         kind = type(exc)
         path = f"{kind.__module__}.{kind.__qualname__}"
-        task.log(f"{results.EXCEPTION_MARK}{path}")
+        try:
+            task.log(f"{results.EXCEPTION_MARK}{path}")
+        except Exception:  # superseded meanwhile: the function's error is the one to raise
+            logger.info("task id=%s: its exception class could not be noted", task.id)
         result.errors.append(TaskError(exception_class_path=path,
                                        traceback="".join(traceback.format_exception(exc))))
         _ended(result, TaskResultStatus.FAILED)

@@ -200,7 +200,7 @@ def _free_slots(limits):
     # (FOR NO KEY UPDATE where there is one: an enqueue's foreign key does not wait.)
     no_key = connections[database()].features.has_select_for_no_key_update
     list(Type.objects.select_for_update(no_key=no_key).filter(pk__in=limited)
-         .values_list("pk"))
+         .order_by("pk").values_list("pk"))  # in key order, as the engines lock them
     # What runs is what holds a lease: a task an operator ended or re-enqueued keeps
     # its lease until its worker is stopped, and counts until then.
     leased = dict(

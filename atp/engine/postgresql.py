@@ -62,7 +62,10 @@ ONE_STATEMENT = True
 # committed). It takes at most the free slots of each limited type (its
 # ``max_concurrency`` less its leases, less none for the leases this statement itself
 # ends: ``released``), walking the claim index once per limited type and once for the
-# others, and keeps the first ``limit`` in claim order.
+# others, and keeps the first ``limit`` in claim order. A type the locks did not take
+# (it was not limited, or paused, when they were taken, and is now) gets no slot this
+# round: its leases were counted without its lock (``atp.locked_types``, set by
+# ``LOCK_LIMITED`` for the transaction).
 _KINDS_AND_ALIVE = f"""
 kinds AS (
     SELECT id, max_concurrency FROM {TYPE} WHERE id = ANY(%(types)s::bigint[]) AND NOT is_paused
@@ -93,9 +96,12 @@ def _picked_within_limits(released):
 limited AS (
     SELECT 1 WHERE false
 ), quota AS (
-    SELECT k.id, GREATEST(0, LEAST(%(limit)s, k.max_concurrency - (
-        SELECT count(*) FROM {TASK} l WHERE l.type_id = k.id AND l.daemon_id IS NOT NULL)
-        {ended})) AS free
+    SELECT k.id, CASE WHEN k.id = ANY(
+            string_to_array(current_setting('atp.locked_types', true), ',')::bigint[])
+        THEN GREATEST(0, LEAST(%(limit)s, k.max_concurrency - (
+            SELECT count(*) FROM {TASK} l WHERE l.type_id = k.id AND l.daemon_id IS NOT NULL)
+            {ended}))
+        ELSE 0 END AS free
     FROM kinds k WHERE k.max_concurrency IS NOT NULL
 ), unlimited AS (
     SELECT instance_id, priority, not_before {_WAITING}
@@ -197,7 +203,8 @@ WITH alive AS (
         AND EXISTS (SELECT 1 FROM alive)
     ORDER BY id FOR NO KEY UPDATE
 )
-{CLAIM_PLAN}, (SELECT count(*) FROM locked)
+{CLAIM_PLAN},
+    set_config('atp.locked_types', (SELECT coalesce(string_agg(id::text, ','), '') FROM locked), true)
 """
 
 

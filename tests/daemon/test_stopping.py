@@ -16,6 +16,7 @@ from atp.daemon.stopping import (
     Stopper,
     decide,
     due,
+    unwritten_start,
     write_after,
 )
 from atp.states import Status
@@ -223,3 +224,38 @@ def test_what_a_dead_workers_task_needs_written(ending, what):
         assert written is None
     else:
         assert written[0] == f"{what} task id=1"
+
+
+@pytest.mark.parametrize("ending, written", [
+    (None, True), (Ending.TIME_OUT, True), (Ending.SHUTDOWN, True),
+    (Ending.SUPERSEDED, False), (Ending.GONE, False),
+])
+def test_a_prefetched_attempt_that_began_keeps_its_start_when_its_worker_dies(ending, written):
+    assert unwritten_start(assignment(ending=ending)) is None  # its start is written
+    start = unwritten_start(assignment(ending=ending, start_written=False))
+    assert (start is not None) == written
+    if written:
+        assert start[0] == "start of task id=1"
+
+
+@pytest.mark.django_db
+def test_the_start_is_written_before_the_restart_dated_when_it_began(noop_type, daemon):
+    import time
+
+    from atp import engine
+    from atp.models import Instance, LogRecord
+    from tests.factories import claim_exactly
+
+    queued = engine.enqueue("tests.noop")
+    claim_exactly(queued, daemon)  # prefetched: SCHEDULED
+    began = assignment(pk=queued.pk, attempt=1, daemon=daemon, start_written=False,
+                       since=time.monotonic() - 2)
+    for _, write in (unwritten_start(began), write_after(began, "signal SIGKILL")):
+        write()
+    history = list(LogRecord.objects.filter(instance_id=queued.pk).values_list("status", "time"))
+    assert [status for status, _ in history] == [
+        Status.ACCEPTED, Status.SCHEDULED, Status.RUNNING, Status.ACCEPTED]
+    claimed_at, started_at, restarted_at = (time for _, time in history[1:])
+    # It began 2 s ago by the worker's clock, which is before its claim: dated at the claim.
+    assert claimed_at == started_at <= restarted_at
+    assert Instance.objects.get(pk=queued.pk).restarts == 1

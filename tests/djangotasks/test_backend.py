@@ -117,3 +117,18 @@ def test_a_task_in_a_queues_type_not_queued_by_the_backend_is_refused_clearly():
     stray = atp.enqueue("django.tasks/default/default", {"not": "a call"})
     with pytest.raises(TaskResultDoesNotExist, match="not queued by ATPBackend"):
         functions.add.get_result(str(stray.pk))
+
+
+def test_a_function_outside_installed_apps_and_handler_modules_is_refused():
+    import json
+
+    with pytest.raises(InvalidTask, match="installed app or ATP_HANDLER_MODULES"):
+        functions.task()(json.dumps)
+
+
+def test_a_task_whose_queue_left_the_settings_is_still_read():
+    result = functions.add.using(queue_name="other").enqueue(1, 2)
+    shrunk = {"default": {"BACKEND": config.BACKEND_PATH, "QUEUES": ["default"]}}
+    with override_settings(TASKS=shrunk):
+        again = functions.add.get_result(result.id)
+    assert (again.task.queue_name, again.args) == ("other", [1, 2])

@@ -165,3 +165,13 @@ def test_an_unknown_queue_stops_the_daemon_saying_so(start_daemon):
     daemon = start_daemon("--queues", "nowhere")
     assert daemon.process.wait(timeout=60) != 0
     assert "no Django Tasks queue 'nowhere'" in daemon.output()
+
+
+def test_a_time_out_with_no_restart_left_is_a_timeout_error(daemon, tmp_path):
+    # The "brief" queue: a 3 s time-out and no restart (tests/settings.py).
+    result = functions.wait_for.using(queue_name="brief").enqueue(str(tmp_path / "never"))
+    finished(result, timeout=60, daemon=daemon)
+    assert result.status == TaskResultStatus.FAILED
+    [error] = result.errors
+    assert error.exception_class is TimeoutError
+    assert "time-out" in error.traceback

@@ -209,3 +209,48 @@ def test_a_reaper_does_not_restart_a_task_another_daemon_took_since_it_looked(no
     else:  # it waited for the reaper (SQLite), then found the task restarted
         assert (now.status, now.restarts) == (Status.ACCEPTED, 1)
     assert_invariants()
+
+
+def test_a_type_limited_between_the_locks_and_the_count_gets_no_slot_that_round(db):
+    """The claim within limits locks the types limited when it begins; a type limited
+    after that (here while another claim of it holds its lock and an uncommitted lease)
+    must not be counted without its lock: it waits for the next round."""
+    from atp.engine.engines import engine as chosen
+
+    if connection.vendor != "postgresql" or chosen() is None:
+        pytest.skip("PostgreSQL's engine: SQLite serialises whole claims")
+    import psycopg
+
+    atp.register_task_type("tests.limited", "tests.handlers.noop", max_concurrency=5)
+    atp.register_task_type("tests.late", "tests.handlers.noop")
+    limited, late = atp.get_type("tests.limited"), atp.get_type("tests.late")
+    held, free = atp.enqueue("tests.late"), atp.enqueue("tests.late")
+    claimer, other = engine.register_daemon(), engine.register_daemon()
+    settings = connection.settings_dict
+    conninfo = {"dbname": settings["NAME"], "user": settings["USER"],
+                "host": settings["HOST"] or None, "port": settings["PORT"] or None,
+                "password": settings["PASSWORD"] or None}
+    operator = psycopg.connect(**conninfo, autocommit=True)
+    rival = psycopg.connect(**conninfo)  # another claim of tests.late, not committed yet
+    done = []
+
+    def between_the_statements(execute, sql, params, many, context):
+        result = execute(sql, params, many, context)
+        if "atp.locked_types" in sql and not done:
+            done.append(True)
+            operator.execute("UPDATE atp_type SET max_concurrency = 1 WHERE id = %s", [late.pk])
+            rival.execute("SELECT id FROM atp_type WHERE id = %s FOR NO KEY UPDATE", [late.pk])
+            rival.execute("UPDATE atp_task SET daemon_id = %s WHERE instance_id = %s",
+                          [other.pk, held.pk])
+        return result
+
+    try:
+        with connection.execute_wrapper(between_the_statements):
+            claimed = engine.claim_for_daemon(claimer, 5, [limited.pk, late.pk], limited=True)
+        assert done, "the claim within limits did not run"
+        assert free.pk not in [task.pk for task in claimed], "counted without its lock"
+        rival.commit()
+    finally:
+        rival.close()
+        operator.close()
+    assert Task.objects.filter(type=late, daemon__isnull=False).count() == 1

@@ -13,7 +13,6 @@ See docs/django-tasks.md.
 """
 
 import atp
-from atp.registry import is_allowed_module
 from atp.djangotasks import config, results
 from atp.djangotasks.compat import (
     BaseTaskBackend,
@@ -23,6 +22,7 @@ from atp.djangotasks.compat import (
     normalize_json,
     task_enqueued,
 )
+from atp.registry import is_allowed_module
 
 
 class ATPBackend(BaseTaskBackend):

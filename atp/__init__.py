@@ -7,7 +7,8 @@ still loading its apps, before models may be imported.
 
 __version__ = "0.1.0.dev0"
 
-_LIGHT = {"task_type": "atp.registry", "Status": "atp.states"}
+_LIGHT = {"task_type": "atp.registry", "Status": "atp.states", "Retry": "atp.exceptions",
+          "PermanentFailure": "atp.exceptions"}
 
 
 def __getattr__(name):
@@ -25,4 +26,4 @@ def __getattr__(name):
 def __dir__():
     import importlib
 
-    return sorted(set(globals()) | set(importlib.import_module("atp.api").__all__))
+    return sorted(set(globals()) | set(_LIGHT) | set(importlib.import_module("atp.api").__all__))

@@ -73,3 +73,19 @@ class ResponseTooLarge(InvalidResponse):
 
 class DaemonStopped(AtpError):
     """This daemon was declared stopped; it may claim nothing more and must register again."""
+
+
+class Retry(Exception):  # noqa: N818 (a request to the daemon, not an error of atp's)
+    """Raised by a handler: retry this task after ``countdown`` seconds (None: the wait its
+    type's retry policy gives), while that policy's limits allow; otherwise it fails."""
+
+    def __init__(self, message="", *, countdown=None):
+        if countdown is not None and (isinstance(countdown, bool) or not isinstance(
+                countdown, (int, float)) or not 0 <= countdown <= 10**9):
+            raise InvalidParameter(f"countdown must be a number of seconds, not {countdown!r}")
+        super().__init__(message)
+        self.countdown = countdown
+
+
+class PermanentFailure(Exception):  # noqa: N818
+    """Raised by a handler: fail this task for good, whatever its type's retry policy."""

@@ -13,6 +13,7 @@ from django.db.models import Q
 
 from atp.conf import conf
 from atp.processes import ProcessIdentity
+from atp.retry import DEFAULT_MAX_BACKOFF, DEFAULT_MAX_DOUBLINGS, DEFAULT_MIN_BACKOFF
 from atp.serialization import TOKEN_END_CHARS, InputFormat, load_inputs, pickled_size
 from atp.states import IN_FLIGHT, LIVE, TERMINAL, Status
 
@@ -50,6 +51,29 @@ class Type(models.Model):
     max_response_bytes = models.PositiveIntegerField(
         null=True, blank=True,
         help_text="Largest response a task may store, in bytes; empty for ATP_MAX_RESPONSE_BYTES.",
+    )
+    # The retry policy of handler failures (atp.retry): none unless a limit is set.
+    retry_limit = models.PositiveIntegerField(
+        null=True, blank=True,
+        help_text="Retry a failed task this many times; empty: age_limit alone decides.",
+    )
+    age_limit = models.DurationField(
+        null=True, blank=True,
+        help_text="Retry a failed task until it first ran this long ago; with retry_limit, "
+        "until both are reached.",
+    )
+    min_backoff = models.DurationField(
+        default=DEFAULT_MIN_BACKOFF, help_text="The wait before the first retry.",
+    )
+    max_backoff = models.DurationField(
+        default=DEFAULT_MAX_BACKOFF, help_text="The longest wait between retries.",
+    )
+    max_doublings = models.PositiveSmallIntegerField(
+        default=DEFAULT_MAX_DOUBLINGS,
+        help_text="The wait doubles this many times, then grows linearly.",
+    )
+    retry_jitter = models.BooleanField(
+        default=False, help_text="Draw each wait between half of it and all of it.",
     )
     is_paused = models.BooleanField(
         default=False, help_text="Paused types keep their queue but no task is started."
@@ -130,6 +154,9 @@ class Instance(models.Model):
     )
     restarts = models.PositiveIntegerField(
         default=0, help_text="Restarts spent against the type's max_restarts."
+    )
+    retries = models.PositiveIntegerField(
+        default=0, help_text="How often a failed attempt was retried (the type's retry policy).",
     )
     progress_done = models.FloatField(null=True, blank=True)
     progress_total = models.FloatField(null=True, blank=True)

@@ -199,6 +199,12 @@ def _count(name, value, *, minimum, maximum, allow_none):
     return value
 
 
+def _flag(name, value):
+    if not isinstance(value, bool):
+        raise InvalidParameter(f"{name} must be True or False, not {value!r}")
+    return value
+
+
 def _input_format(name, value):
     if value not in InputFormat.values:
         raise InvalidParameter(f"{name} must be one of {InputFormat.values}, not {value!r}")
@@ -219,6 +225,13 @@ TYPE_PARAMETERS = {
     "max_response_bytes": functools.partial(_count, minimum=1, maximum=2**31 - 1, allow_none=True),
     "input_format": _input_format,
     "description": _text,
+    # The retry policy of handler failures (atp.retry).
+    "retry_limit": functools.partial(_count, minimum=0, maximum=2**31 - 1, allow_none=True),
+    "age_limit": functools.partial(_duration, allow_none=True),
+    "min_backoff": functools.partial(_duration, allow_none=False),
+    "max_backoff": functools.partial(_duration, allow_none=False),
+    "max_doublings": functools.partial(_count, minimum=0, maximum=62, allow_none=False),
+    "retry_jitter": _flag,
 }
 
 
@@ -235,6 +248,11 @@ def clean_type_parameters(parameters, *, allow_pickle=False):
             f"known: {', '.join(TYPE_PARAMETERS)}"
         )
     cleaned = {name: TYPE_PARAMETERS[name](name, value) for name, value in parameters.items()}
+    if cleaned.get("min_backoff", datetime.timedelta(0)) > cleaned.get("max_backoff",
+                                                                      DURATION_MAX):
+        raise InvalidParameter(
+            f"min_backoff ({cleaned['min_backoff']}) is longer than max_backoff "
+            f"({cleaned['max_backoff']})")
     if cleaned.get("input_format") == InputFormat.PICKLE and not allow_pickle:
         check_pickle_enabled()
     return cleaned

@@ -237,3 +237,18 @@ def gate(task, inputs):
         finally:
             os.close(fd)
     return {"attempt": task.attempt}
+
+
+def fail_then_succeed(task, inputs):
+    """Fail while the handler has failed fewer than ``inputs["fails"]`` times before."""
+    if task.execution_count < inputs["fails"]:
+        raise ValueError(f"failure {task.execution_count + 1}")
+    return {"retry_count": task.retry_count, "execution_count": task.execution_count}
+
+
+def ask_for_retry(task, inputs):
+    raise atp.Retry("not yet", countdown=inputs.get("countdown"))
+
+
+def fail_for_good(task, inputs):
+    raise atp.PermanentFailure("the input can never work")

@@ -32,6 +32,10 @@ class TaskContext:
         self.priority = instance.priority
         self.restarts = instance.restarts
         self.attempt = attempt
+        # App Engine's X-AppEngine-TaskRetryCount: the attempts before this one, for any
+        # reason; and X-AppEngine-TaskExecutionCount: the earlier failures of the handler.
+        self.retry_count = attempt - 1
+        self.execution_count = instance.retries
         self.daemon = daemon
         self._progress = None
         self._progress_written = float("-inf")

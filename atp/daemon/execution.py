@@ -22,8 +22,16 @@ from atp.daemon.context import TaskContext
 from atp.daemon.outage import discard_broken_connections, retry_while_unreachable
 from atp.daemon.recording import describe_error, record
 from atp.engine.outcomes import Outcome
-from atp.exceptions import InvalidHandler, InvalidResponse, InvalidTransition, TaskNotFound
+from atp.exceptions import (
+    InvalidHandler,
+    InvalidResponse,
+    InvalidTransition,
+    PermanentFailure,
+    Retry,
+    TaskNotFound,
+)
 from atp.registry import resolve_handler
+from atp.retry import RetryPolicy
 from atp.serialization import storable
 
 logger = logging.getLogger(__name__)
@@ -56,10 +64,19 @@ def execute(instance, attempt, handler_path, daemon=""):
     try:
         with suspension.handler_running():
             result = handler(task, inputs)
-    except Exception:
+    except Retry as exc:  # the handler asks for a retry: its type's limits decide
+        message = describe_failure()
+        _flush_progress(task)
+        return Outcome.failed(pk, attempt, message, may_retry=True, countdown=exc.countdown)
+    except PermanentFailure:
         message = describe_failure()
         _flush_progress(task)
         return Outcome.failed(pk, attempt, message)
+    except Exception:
+        message = describe_failure()
+        _flush_progress(task)
+        return Outcome.failed(pk, attempt, message,
+                              may_retry=RetryPolicy.of(instance.type).retries)
     _flush_progress(task)
     try:
         return Outcome.finished(pk, attempt, result,

@@ -14,6 +14,7 @@ import logging
 from atp import engine
 from atp.daemon.outage import CONNECTION_ERRORS, TASK_MOVED_ON, retry_while_unreachable
 from atp.engine.lifecycle import settle as settle_outcomes
+from atp.engine.outcomes import Outcome
 from atp.engine.transitions import refusal
 from atp.serialization import storable
 from atp.states import Status
@@ -35,7 +36,7 @@ def settle(daemon, outcomes):
     """
     ends = []
     for outcome in outcomes:
-        if outcome.status == Status.ACCEPTED:
+        if outcome.alone:
             record(outcome, daemon)
         else:
             ends.append(outcome)
@@ -101,6 +102,11 @@ def _write(outcome, daemon):
     pk, attempt = outcome.pk, outcome.attempt
     if outcome.status == Status.ACCEPTED:
         engine.hand_back(pk, outcome.message, attempt=attempt, daemon=daemon)
+    elif outcome.may_retry:
+        if outcome.started_ago is not None:  # a prefetched attempt: its start first
+            settle_outcomes(daemon, [Outcome.started(pk, attempt, outcome.started_ago)])
+        engine.fail_or_retry(pk, outcome.message, attempt=attempt, daemon=daemon,
+                             countdown=outcome.countdown)
     elif pk not in settle_outcomes(daemon, [outcome]):
         raise refusal(pk, outcome.status, attempt=attempt)
 

@@ -511,10 +511,10 @@ class Supervisor:
             return engine.claim_for_daemon(self.daemon, limit, type_ids, start=start,
                                            limited=limited)
 
-        handed_back = [outcome for outcome in outcomes if outcome.status == Status.ACCEPTED]
-        if handed_back:  # rare: each alone
-            recording.settle(self.daemon, handed_back)
-            outcomes = [outcome for outcome in outcomes if outcome.status != Status.ACCEPTED]
+        alone = [outcome for outcome in outcomes if outcome.alone]
+        if alone:  # rare (hand-backs, failures that may be retried): each alone
+            recording.settle(self.daemon, alone)
+            outcomes = [outcome for outcome in outcomes if not outcome.alone]
         if not outcomes:
             return claim()
         try:

@@ -6,8 +6,9 @@ FAILED; CANCELLED is the framework's CANCELLED where the installed version has o
 else FAILED. Times: ``enqueued_at`` is the task's creation, ``started_at`` the start of
 its first attempt, ``last_attempted_at`` the start of its latest, ``finished_at`` its
 end. ``worker_ids`` has one entry per attempt that started: the daemon that ran it.
-``errors`` has one ``TaskError`` per failed attempt: the exception's class path (as
-the runner noted it) and its traceback.
+``errors`` has one ``TaskError`` per failed attempt, failed for good or retried by the
+queue's retry policy: the exception's class path (as the runner noted it) and its
+traceback.
 """
 
 import copy
@@ -89,9 +90,10 @@ def build(alias, instance, history, *, running=None):
             starts[attempt] = (time, daemon)
         elif status is None and message.startswith(EXCEPTION_MARK):
             marks[attempt] = message[len(EXCEPTION_MARK):].strip()
-        elif status == Status.FAILED:
-            errors.append(TaskError(exception_class_path=marks.get(attempt) or _class_path(message),
-                                    traceback=message))
+        elif status == Status.FAILED or (status == Status.ACCEPTED and attempt in marks):
+            # The end of a failed attempt: for good, or retried by its queue's policy.
+            errors.append(TaskError(exception_class_path=marks.pop(attempt, None)
+                                    or _class_path(message), traceback=message))
     status = STATUS[instance.status]
     if running is not None:
         attempt, daemon = running

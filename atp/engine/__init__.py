@@ -19,6 +19,7 @@ from atp.engine.daemons import (
 from atp.engine.enqueue import enqueue, enqueue_many
 from atp.engine.lifecycle import (
     fail,
+    fail_or_retry,
     finish,
     hand_back,
     release,
@@ -41,7 +42,7 @@ from atp.engine.types import (
 )
 
 __all__ = [
-    "cancel", "claim_for_daemon", "delete_ended", "delete_task", "dequeue", "enqueue", "enqueue_many", "fail", "finish",
+    "cancel", "claim_for_daemon", "delete_ended", "delete_task", "dequeue", "enqueue", "enqueue_many", "fail", "fail_or_retry", "finish",
     "get_response", "get_type", "hand_back", "heartbeat", "log", "pause", "pause_type",
     "prune_daemons", "purge_finished", "reap_daemon", "reenqueue", "register_daemon", "release",
     "register_task_type", "restart", "restart_leases", "resume", "resume_type", "retire_daemon",

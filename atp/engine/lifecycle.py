@@ -20,7 +20,7 @@ from django.db import transaction
 from django.db.models import DateTimeField, ExpressionWrapper, F, Subquery
 from django.db.models.functions import Greatest, Now
 
-from atp.db import run_in_transaction
+from atp.db import database_now, run_in_transaction
 from atp.engine.base import database, pk_of, queue_write
 from atp.engine.engines import engine
 from atp.engine.locks import lock_task
@@ -29,6 +29,7 @@ from atp.engine.records import store_encoded, store_response
 from atp.engine.transitions import move, refusal, write_history
 from atp.exceptions import InvalidTransition, TaskNotFound
 from atp.models import Instance, LogRecord, Task, Type
+from atp.retry import RetryPolicy
 from atp.states import IN_FLIGHT, Status, sources_of
 
 
@@ -175,6 +176,46 @@ def fail(instance, message="", *, attempt=None, daemon=None, by=None):
         pk, Status.FAILED, sources=set(IN_FLIGHT), attempt=attempt,
         changes={"finished": Now()}, message=message, daemon=daemon, by=by,
     )
+
+
+@queue_write
+def fail_or_retry(instance, message="", *, attempt, daemon=None, countdown=None):
+    """End attempt ``attempt`` of a task whose handler failed, by its type's retry policy
+    (``atp.retry``): back to the queue, due after the policy's wait (or ``countdown``
+    seconds, a handler's ``atp.Retry``), while its limits allow; else FAILED. Either
+    way ``message`` (the traceback) goes to the history, and a retry says when it is
+    due. A PAUSED task is retried once resumed. Return the attempt.
+    """
+    pk = pk_of(instance)
+    locked = _lock_leased(pk, attempt)
+    policy = RetryPolicy.of(Type.objects.get(pk=locked.type_id))
+    retries = Instance.objects.values_list("retries", flat=True).get(pk=pk)
+    now = database_now(database())
+    first_ran = (LogRecord.objects.filter(instance_id=pk, status=Status.RUNNING)
+                 .order_by("id").values_list("time", flat=True).first()) or now
+    if not policy.allows(retries, now - first_ran):
+        if policy.retries:
+            message = (f"{message}\nnot retried: {policy.describe()} reached "
+                       f"({retries} retries, first run {(now - first_ran).total_seconds():g} s ago)")
+        elif countdown is not None:
+            message = f"{message}\nnot retried: its type allows no retry (retry_limit, age_limit)"
+        queue_row(pk).delete()
+        return move(pk, Status.FAILED, sources=set(IN_FLIGHT), attempt=attempt,
+                    changes={"finished": now}, message=message.strip(), daemon=daemon)
+    number = retries + 1
+    wait = (datetime.timedelta(seconds=countdown) if countdown is not None
+            else policy.backoff(number))
+    due = now + wait
+    message = (f"{message}\nretry {number} ({policy.describe()}) due at "
+               f"{due.isoformat(timespec='milliseconds')}, in {wait.total_seconds():g} s").strip()
+    Instance.objects.filter(pk=pk).update(retries=F("retries") + 1)
+    if locked.status == Status.PAUSED:
+        queue_row(pk).update(not_before=due)
+        return hold(locked, attempt, message, daemon=daemon, spends_restart=False)
+    release_lease(pk)
+    queue_row(pk).update(not_before=due)
+    return move(pk, Status.ACCEPTED, sources=set(IN_FLIGHT), attempt=attempt,
+                changes={"started": None}, message=message, daemon=daemon)
 
 
 def _leave_queue(pk, attempt, target):

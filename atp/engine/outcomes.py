@@ -33,6 +33,10 @@ class Outcome:
 
     ``started_ago`` (seconds) says the attempt started that long before the write and
     its start is not written yet; with it the status may be RUNNING (started, not ended).
+
+    A FAILED outcome with ``may_retry`` goes to its type's retry policy
+    (``lifecycle.fail_or_retry``), after ``countdown`` seconds when the handler asked
+    for a retry (``atp.Retry``); it is written alone, not with the batch.
     """
 
     pk: int
@@ -41,6 +45,14 @@ class Outcome:
     message: str = ""
     response: tuple = None
     started_ago: float = None
+    may_retry: bool = False
+    countdown: float = None
+
+    @property
+    def alone(self):
+        """Whether this outcome is written by itself (a hand-back, or a failure that may be
+        retried), not in a batch of ends."""
+        return self.status == Status.ACCEPTED or self.may_retry
 
     def __post_init__(self):
         if self.started_ago is None:
@@ -69,8 +81,9 @@ class Outcome:
         return cls(pk, attempt, Status.FINISHED, response=response)
 
     @classmethod
-    def failed(cls, pk, attempt, message):
-        return cls(pk, attempt, Status.FAILED, message=message)
+    def failed(cls, pk, attempt, message, *, may_retry=False, countdown=None):
+        return cls(pk, attempt, Status.FAILED, message=message, may_retry=may_retry,
+                   countdown=countdown)
 
     @classmethod
     def started(cls, pk, attempt, seconds_ago):

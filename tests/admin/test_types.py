@@ -24,17 +24,24 @@ def test_the_type_list_counts_live_tasks(log_in, noop_type):
     assert re.search(r"atp-status-running\">running</span> 1", detail)
 
 
+#: The retry policy's fields as the form shows them for a type that has none.
+RETRIES = {"retry_limit": "", "age_limit": "", "min_backoff": "0.1", "max_backoff": "01:00:00",
+           "max_doublings": "16"}
+
+
 def test_operators_tune_parameters_but_not_the_handler(log_in, noop_type):
     admin = log_in("superuser")
     form = admin.get(f"/admin/atp/type/{noop_type.pk}/change/").content.decode()
     assert 'name="timeout"' in form and 'name="handler"' not in form
     response = admin.post(f"/admin/atp/type/{noop_type.pk}/change/", {
         "description": "tuned", "timeout": "00:02:00", "max_restarts": "5",
-        "retention": "", "max_concurrency": "2", "handler": "os.system",
+        "retention": "", "max_concurrency": "2", "handler": "os.system", **RETRIES,
+        "retry_limit": "4",
     })
     assert response.status_code == 302
     noop_type.refresh_from_db()
     assert noop_type.timeout == datetime.timedelta(minutes=2) and noop_type.max_restarts == 5
+    assert noop_type.retry_limit == 4
     assert noop_type.handler == "tests.handlers.noop"
 
 
@@ -52,11 +59,12 @@ def test_types_are_paused_and_resumed_by_actions(log_in, noop_type):
     ("timeout", "00:00:00", "timeout must be a positive"),
     ("max_concurrency", "0", "max_concurrency must be an integer from 1"),
     ("max_restarts", "40000", "max_restarts must be an integer from 0 to 32767"),
+    ("max_doublings", "63", "max_doublings must be an integer from 0 to 62"),
 ])
 def test_a_bad_parameter_is_refused_on_the_form_and_changes_nothing(log_in, noop_type, field, value, message):
     admin = log_in("superuser")
     data = {"description": "", "timeout": "01:00:00", "max_restarts": "3", "retention": "",
-            "max_concurrency": "", field: value}
+            "max_concurrency": "", **RETRIES, field: value}
     response = admin.post(f"/admin/atp/type/{noop_type.pk}/change/", data)
     assert response.status_code == 200
     assert message in response.content.decode()
@@ -69,7 +77,7 @@ def test_saving_the_form_keeps_a_pause_made_meanwhile(log_in, noop_type):
     atp.pause_type("tests.noop")  # someone pauses the type while the form is open
     admin.post(f"/admin/atp/type/{noop_type.pk}/change/", {
         "description": "", "timeout": "00:05:00", "max_restarts": "3", "retention": "",
-        "max_concurrency": "",
+        "max_concurrency": "", **RETRIES,
     })
     tuned = Type.objects.get(pk=noop_type.pk)
     assert tuned.timeout == datetime.timedelta(minutes=5) and tuned.is_paused

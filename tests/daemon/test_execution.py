@@ -232,3 +232,31 @@ def test_errors_outside_the_handler_fail_once_and_the_worker_lives_on(start_daem
     assert atp.get_response(before).json() == atp.get_response(after).json(), \
         "the worker was replaced"
     assert "died" not in daemon.output()
+
+
+def test_a_failure_of_a_type_with_a_retry_policy_goes_back_to_the_queue(db, claimed):
+    atp.register_task_type("tests.fail", "tests.handlers.fail", retry_limit=1, min_backoff=5)
+    task = claimed(atp.enqueue("tests.fail"))
+    run_task(task.pk, task.attempt, task.type.handler)
+    instance, last = ran(task)
+    assert (instance.status, instance.retries) == (Status.ACCEPTED, 1)
+    assert last.message.startswith("Traceback (most recent call last):")
+    assert "retry 1 (retry_limit 1) due at" in last.message and "in 5 s" in last.message
+
+
+def test_a_handler_asks_for_a_retry_with_its_countdown(db, claimed):
+    atp.register_task_type("tests.later", "tests.handlers.ask_for_retry", retry_limit=3)
+    task = claimed(atp.enqueue("tests.later", {"countdown": 7}))
+    run_task(task.pk, task.attempt, task.type.handler)
+    instance, last = ran(task)
+    assert (instance.status, instance.retries) == (Status.ACCEPTED, 1)
+    assert "atp.exceptions.Retry: not yet" in last.message and "in 7 s" in last.message
+
+
+def test_a_permanent_failure_is_not_retried(db, claimed):
+    atp.register_task_type("tests.never", "tests.handlers.fail_for_good", retry_limit=3)
+    task = claimed(atp.enqueue("tests.never"))
+    run_task(task.pk, task.attempt, task.type.handler)
+    instance, last = ran(task)
+    assert (instance.status, instance.retries) == (Status.FAILED, 0)
+    assert "PermanentFailure: the input can never work" in last.message

@@ -175,3 +175,22 @@ def test_a_time_out_with_no_restart_left_is_a_timeout_error(daemon, tmp_path):
     [error] = result.errors
     assert error.exception_class is TimeoutError
     assert "time-out" in error.traceback
+
+
+def test_a_queues_retry_policy_retries_a_failing_function(daemon, tmp_path):
+    # A retry policy for the queue "other" (OPTIONS would set it; here the type is tuned
+    # directly, after the daemon wrote the settings' parameters at its start).
+    fixed = tmp_path / "fixed"
+    atp.register_task_type("django.tasks/default/other", "atp.djangotasks.runner.run",
+                           retry_limit=2, min_backoff=3)  # time to mend it before the retry
+    result = functions.fail_unless.using(queue_name="other").enqueue(str(fixed))
+
+    def failed_once():
+        result.refresh()
+        return len(result.errors) == 1
+    wait_until(failed_once, 30, message="a first failure", output=daemon.output)
+    fixed.touch()
+    finished(result, daemon=daemon)
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert [error.exception_class for error in result.errors] == [ValueError]
+    assert len(result.worker_ids) >= 2

@@ -41,8 +41,8 @@ def _enqueue(count):
             """
             WITH new AS (
                 INSERT INTO atp_instance (type_id, identifier, status, priority, attempt,
-                    restarts, progress_message, created, updated)
-                SELECT %s, 'waiting-' || n, 'ACCEPTED', n %% 3, 0, 0, '', now(), now()
+                    restarts, retries, progress_message, created, updated)
+                SELECT %s, 'waiting-' || n, 'ACCEPTED', n %% 3, 0, 0, 0, '', now(), now()
                 FROM generate_series(1, %s) AS n
                 RETURNING id, identifier, priority, created
             )

@@ -109,6 +109,9 @@ class Supervisor:
         self.heartbeats = Every(conf.HEARTBEAT_INTERVAL_SECONDS)
         self.controls = Every(CONTROL_INTERVAL_SECONDS)
         self.polls = Every(config.poll_interval)
+        # When the first task waiting for its time becomes runnable (monotonic), as the
+        # last claim that left workers idle found it; None: none waits.
+        self.next_due = None
         self.maintenance = Every(conf.HEARTBEAT_INTERVAL_SECONDS)
 
     # -- the loop ------------------------------------------------------------------
@@ -188,6 +191,8 @@ class Supervisor:
                 due.append(self.controls.next)
             if self.pool.idle() and self.drain_deadline is None:
                 due.append(self.polls.next)
+            if self.next_due is not None and self._free_slots() > 0:
+                due.append(self.next_due)
         deadlines = [w.assignment.kill_at for w in self.pool.busy() if w.assignment.kill_at]
         if self.drain_deadline is not None and self.drain_deadline > now:
             deadlines.append(self.drain_deadline)
@@ -432,7 +437,8 @@ class Supervisor:
         return (
             self.drain_deadline is None and not self.outage.is_on
             and not self.lease.is_expired() and self._free_slots() > 0
-            and (self.should_claim or self.polls.is_due(now))
+            and (self.should_claim or self.polls.is_due(now)
+                 or (self.next_due is not None and now >= self.next_due))
         )
 
     def _free_slots(self):
@@ -469,8 +475,21 @@ class Supervisor:
             else:
                 self._hand_back_unknown(instance)
         self._give_out(runnable, slots)
+        self._look_for_next_due()
         if self.config.burst and not instances and not self.pool.busy():
             self._begin_drain("burst: nothing left to run")
+
+    def _look_for_next_due(self):
+        """After a claim that took all that was runnable, note when the first task waiting
+        for its time (an ``eta``, a retry's backoff) becomes runnable, if before the next
+        poll: the daemon claims then, if it has room. A new delayed task is found at the
+        next poll at the latest (enqueues of delayed tasks do not wake daemons)."""
+        self.next_due = None
+        if self.should_claim or self.drain_deadline is not None:
+            return
+        seconds = engine.next_due(self.catalog.type_ids())
+        if seconds is not None and seconds < self.config.poll_interval:
+            self.next_due = time.monotonic() + seconds
 
     def _give_out(self, instances, slots=None):
         """Send claimed tasks to the workers (see ``prefetch.distribute``); hold the ones

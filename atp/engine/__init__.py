@@ -5,7 +5,7 @@ rows itself. Each verb is a guarded compare-and-set that writes the task's histo
 in the same transaction (see ``atp.engine.transitions``).
 """
 
-from atp.engine.claim import claim_for_daemon, dequeue, settle_and_claim
+from atp.engine.claim import claim_for_daemon, dequeue, next_due, settle_and_claim
 from atp.engine.daemons import (
     heartbeat,
     prune_daemons,
@@ -43,7 +43,7 @@ from atp.engine.types import (
 
 __all__ = [
     "cancel", "claim_for_daemon", "delete_ended", "delete_task", "dequeue", "enqueue", "enqueue_many", "fail", "fail_or_retry", "finish",
-    "get_response", "get_type", "hand_back", "heartbeat", "log", "pause", "pause_type",
+    "get_response", "get_type", "next_due", "hand_back", "heartbeat", "log", "pause", "pause_type",
     "prune_daemons", "purge_finished", "reap_daemon", "reenqueue", "register_daemon", "release",
     "register_task_type", "restart", "restart_leases", "resume", "resume_type", "retire_daemon",
     "serve_types", "set_progress", "settle", "settle_and_claim", "set_response", "set_status", "stale_daemons", "start", "start_and_load",

@@ -21,7 +21,7 @@ from django.db.models.functions import Now
 
 from atp import registry
 from atp.conf import conf
-from atp.db import run_in_transaction
+from atp.db import database_now, run_in_transaction
 from atp.engine import postgresql
 from atp.engine.base import daemon_label, database, pk_of, queue_write
 from atp.engine.engines import engine
@@ -109,6 +109,25 @@ def settle_and_claim(daemon, outcomes, limit, type_ids, *, start, limited=False)
     if strays:
         _repair_strays(strays)
     return settled, instances
+
+
+def next_due(type_ids):
+    """Return in how many seconds the first task of ``type_ids`` waiting for its time
+    (an ``eta``, a ``countdown``, a retry's backoff) becomes runnable, or None: an idle
+    daemon sleeps until then rather than until its next poll. Unleased, unpaused tasks
+    only; paused types are left to the claim."""
+    type_ids = list(type_ids)
+    if not type_ids:
+        return None
+    fast = engine()
+    if fast is not None:
+        return fast.next_due(type_ids)
+    first = (Task.objects.filter(daemon__isnull=True, paused_since__isnull=True,
+                                 type_id__in=type_ids, not_before__gt=Now())
+             .order_by("not_before").values_list("not_before", flat=True).first())
+    if first is None:
+        return None
+    return max(0.0, (first - database_now(database())).total_seconds())
 
 
 def claimable_types(types=None):

@@ -357,6 +357,43 @@ def _claim(sql, params, daemon, inputs, within_limits=False):
     return settled, (instances, strays or [])
 
 
+# The earliest time a waiting task of ``%(types)s`` becomes runnable, in seconds from
+# now (None: none waits for its time). The claim index is ordered by priority first:
+# the statement walks its distinct priorities (a recursive skip scan, each step one
+# index probe) and takes, within each, the first ``not_before`` to come.
+NEXT_DUE = f"""
+WITH RECURSIVE levels(priority) AS (
+    (SELECT priority FROM {TASK} WHERE daemon_id IS NULL ORDER BY priority DESC LIMIT 1)
+    UNION ALL
+    SELECT (SELECT t.priority FROM {TASK} t WHERE t.daemon_id IS NULL AND t.priority < l.priority
+            ORDER BY t.priority DESC LIMIT 1)
+    FROM levels l WHERE l.priority IS NOT NULL
+)
+SELECT EXTRACT(EPOCH FROM min((
+    SELECT t.not_before FROM {TASK} t
+    WHERE t.daemon_id IS NULL AND t.priority = l.priority
+        AND t.not_before > STATEMENT_TIMESTAMP() AND t.paused_since IS NULL
+        AND t.type_id = ANY(%(types)s::bigint[])
+    ORDER BY t.not_before LIMIT 1)) - STATEMENT_TIMESTAMP())
+FROM levels l WHERE l.priority IS NOT NULL
+"""
+
+
+def next_due(type_ids):
+    """Return in how many seconds the first task of ``type_ids`` waiting for its time
+    (``eta``, ``countdown``, a retry's backoff) becomes runnable, or None."""
+    connection = connections[database()]
+    with statement_cursor(connection) as cursor:
+        if connection.in_atomic_block or _binds_on_the_client(cursor):
+            execute_claim(cursor, NEXT_DUE, {"types": list(type_ids)})
+            row = cursor.fetchone()
+        else:  # CLAIM_PLAN and the statement must share a transaction
+            with transaction.atomic(using=connection.alias):
+                execute_claim(cursor, NEXT_DUE, {"types": list(type_ids)})
+                row = cursor.fetchone()
+    return None if row is None or row[0] is None else max(0.0, float(row[0]))
+
+
 START = f"""
 WITH started AS (
     UPDATE {INSTANCE} i

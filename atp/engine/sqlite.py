@@ -199,6 +199,40 @@ def _waiting(cursor, types, now, limit):
     return _waiting_within_limits(len(unlimited), len(limited)), [*params, limit]
 
 
+def _next_due_statement(type_count):
+    """See ``postgresql.NEXT_DUE``; parameters: the moment, the types."""
+    return (
+        "WITH RECURSIVE levels(priority) AS ("
+        f" SELECT * FROM (SELECT priority FROM {TASK} INDEXED BY {CLAIM_INDEX}"
+        "  WHERE daemon_id IS NULL ORDER BY priority DESC LIMIT 1)"
+        " UNION ALL"
+        f" SELECT (SELECT t.priority FROM {TASK} t INDEXED BY {CLAIM_INDEX}"
+        "  WHERE t.daemon_id IS NULL AND t.priority < l.priority ORDER BY t.priority DESC LIMIT 1)"
+        " FROM levels l WHERE l.priority IS NOT NULL)"
+        f" SELECT min((SELECT t.not_before FROM {TASK} t INDEXED BY {CLAIM_INDEX}"
+        "  WHERE t.daemon_id IS NULL AND t.priority = l.priority AND t.not_before > %s"
+        f"  AND t.paused_since IS NULL AND {_in('t.type_id', range(type_count))}"
+        "  ORDER BY t.not_before LIMIT 1)) FROM levels l WHERE l.priority IS NOT NULL"
+    )
+
+
+def next_due(type_ids):
+    """Return in how many seconds the first task of ``type_ids`` waiting for its time
+    becomes runnable, or None (see ``postgresql.next_due``)."""
+    type_ids = list(type_ids)
+    if not type_ids:
+        return None
+    connection = connections[database()]
+    moment = timezone.now()
+    with connection.cursor() as cursor:
+        cursor.execute(_next_due_statement(len(type_ids)), [_stamp(moment), *type_ids])
+        row = cursor.fetchone()
+    if row is None or row[0] is None:
+        return None
+    when = datetime.datetime.fromisoformat(str(row[0])).replace(tzinfo=datetime.UTC)
+    return max(0.0, (when - moment).total_seconds())
+
+
 def _inputs(row):
     return build(Inputs, row)
 

@@ -1,5 +1,7 @@
 """A type's retry policy with a real daemon: failures retried after their backoff."""
 
+import datetime
+
 import pytest
 
 import atp
@@ -37,3 +39,19 @@ def test_a_task_out_of_retries_fails_with_its_last_traceback(start_daemon):
     last = LogRecord.objects.filter(instance=task).last()
     assert "ValueError: failure 2" in last.message
     assert "not retried: retry_limit 1 reached" in last.message
+
+
+def test_an_idle_daemon_starts_a_delayed_task_on_time_not_at_its_next_poll(start_daemon):
+    """Polls every 3 s; the task comes due 1.2 s after the poll that finds it waiting.
+    Claimed at the poll after that, it would start 1.8 s late."""
+    atp.register_task_type("tests.noop", "tests.handlers.noop")
+    daemon = start_daemon("--workers", "1", "--poll-interval", "3")
+    first = atp.enqueue("tests.noop")  # its claim resets the poll timer
+    wait_until(lambda: Instance.objects.get(pk=first.pk).status == Status.FINISHED, 30,
+               message="the first task finished", output=daemon.output)
+    delayed = atp.enqueue("tests.noop", countdown=4)
+    due = delayed.created + datetime.timedelta(seconds=4)
+    wait_until(lambda: Instance.objects.get(pk=delayed.pk).status == Status.FINISHED, 30,
+               message="the delayed task finished", output=daemon.output)
+    started = Instance.objects.get(pk=delayed.pk).started
+    assert due <= started < due + datetime.timedelta(seconds=0.5), started - due

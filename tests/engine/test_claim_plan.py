@@ -225,3 +225,26 @@ def test_the_plan_kept_for_the_daemons_round_reads_each_row_by_its_key(
     if limited:
         assert ("atp_task", "atp_task_type_lease_idx") in [
             (table, index) for table, _, index, _ in reads], reads
+
+
+@pytest.mark.parametrize("statistics", ["never analyzed", "fresh"])
+def test_the_next_due_time_is_read_by_probes_of_the_claim_index(
+        postgres_only, noop_type, statistics):
+    _enqueue(WAITING)
+    if statistics == "never analyzed":
+        _forget_statistics()
+    else:
+        with connection.cursor() as cursor:
+            cursor.execute("ANALYZE atp_task")
+    with connection.cursor() as cursor:
+        postgresql.execute_claim(cursor, f"EXPLAIN (FORMAT JSON) {postgresql.NEXT_DUE}",
+                                 {"types": [noop_type.pk]})
+        plan = cursor.fetchone()[0]
+    plan = plan if isinstance(plan, list) else json.loads(plan)
+    nodes = list(_nodes(plan[0]["Plan"]))
+    reads = [(node["Node Type"], node.get("Index Name")) for node in nodes
+             if node.get("Relation Name") == "atp_task"]
+    assert reads and all(index == "atp_task_claim_idx" for _, index in reads), reads
+    kinds = [node["Node Type"] for node in nodes]
+    assert "Sort" not in kinds and "Seq Scan" not in kinds, kinds
+    assert engine.next_due([noop_type.pk]) is None  # all runnable now

@@ -23,6 +23,7 @@ from atp.engine import (
     get_type,
     pause_type,
     purge_finished,
+    purge_type,
     register_task_type,
     resume_type,
     unregister_task_type,
@@ -34,7 +35,7 @@ from atp.states import Status
 
 __all__ = [
     "Status", "cancel", "delete_task", "dequeue", "enqueue", "enqueue_many",
-    "get_response", "get_type", "pause", "pause_type", "purge_finished", "reenqueue",
+    "get_response", "get_type", "pause", "pause_type", "purge_finished", "purge_type", "reenqueue",
     "register_task_type", "resume", "resume_type", "set_response", "set_status",
     "task_type", "unregister_task_type",
 ]

@@ -46,7 +46,7 @@ class TypeAdmin(NumericKeys, admin.ModelAdmin):
                     "max_concurrency", "is_paused", "live_tasks", "run_by"]
     list_filter = ["is_paused", "input_format"]
     search_fields = ["identifier", "handler"]
-    actions = ["pause_types", "resume_types", "unregister_types"]
+    actions = ["pause_types", "resume_types", "purge_types", "unregister_types"]
     form = TypeForm
     # The handler and the input format come from code; the rest an operator may tune
     # (a @task_type declaration sets again what it names when the daemon starts).
@@ -119,6 +119,21 @@ class TypeAdmin(NumericKeys, admin.ModelAdmin):
     @admin.action(description="Resume selected types", permissions=["change"])
     def resume_types(self, request, queryset):
         self._toggle(request, queryset, engine.resume_type, "resumed")
+
+    @admin.action(description="Purge selected types (cancel their waiting tasks)",
+                  permissions=["purge"])
+    def purge_types(self, request, queryset):
+        cancelled = 0
+        for task_type in queryset:
+            cancelled += engine.purge_type(
+                task_type, f"purged by {request.user.get_username()} from the admin",
+                by=request.user)
+        audit.record(request.user, Type, [(t.pk, t) for t in queryset], "Purged")
+        self.message_user(request, f"{cancelled} waiting task(s) cancelled.")
+
+    def has_purge_permission(self, request):
+        # Cancelling tasks is a change of tasks, not of their type.
+        return request.user.has_perm("atp.change_instance")
 
     @admin.action(description="Unregister selected types (only those without tasks)",
                   permissions=["unregister"])

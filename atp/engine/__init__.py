@@ -34,6 +34,7 @@ from atp.engine.steering import cancel, pause, reenqueue, resume, set_status
 from atp.engine.types import (
     get_type,
     pause_type,
+    purge_type,
     register_task_type,
     resume_type,
     sync_declared_types,
@@ -44,7 +45,7 @@ from atp.engine.types import (
 __all__ = [
     "cancel", "claim_for_daemon", "delete_ended", "delete_task", "dequeue", "enqueue", "enqueue_many", "fail", "fail_or_retry", "finish",
     "get_response", "get_type", "next_due", "hand_back", "heartbeat", "log", "pause", "pause_type",
-    "prune_daemons", "purge_finished", "reap_daemon", "reenqueue", "register_daemon", "release",
+    "prune_daemons", "purge_finished", "purge_type", "reap_daemon", "reenqueue", "register_daemon", "release",
     "register_task_type", "restart", "restart_leases", "resume", "resume_type", "retire_daemon",
     "serve_types", "set_progress", "settle", "settle_and_claim", "set_response", "set_status", "stale_daemons", "start", "start_and_load",
     "sync_declared_types", "unregister_task_type", "update_task_type",

@@ -1,16 +1,19 @@
 """Registering, looking up, pausing and removing task types."""
 
-from django.db import IntegrityError
+from django.db import IntegrityError, connections
 from django.db.models.deletion import ProtectedError
 from django.utils import timezone
 
 from atp import registry
 from atp.conf import conf
-from atp.engine.base import queue_write
+from atp.db import database_now
+from atp.engine.base import actor_label, database, queue_write
+from atp.engine.locks import for_update
 from atp.engine.notify import notify_runnable
 from atp.exceptions import InvalidParameter, TaskTypeInUse, TaskTypeNotFound
-from atp.models import Instance, Type
+from atp.models import Instance, LogRecord, Task, Type
 from atp.serialization import check_text
+from atp.states import TRANSITIONS, Status
 
 
 def register_task_type(identifier, handler, **parameters):
@@ -146,3 +149,62 @@ def find_type(identifier):
         return Type.objects.get(identifier=identifier)
     except Type.DoesNotExist:
         raise TaskTypeNotFound(f"no task type {identifier!r} is registered") from None
+
+
+
+def purge_type(identifier, reason="", *, by=None, batch_size=None):
+    """Cancel every task of type ``identifier`` that waits in the queue (ACCEPTED, or held
+    PAUSED), in batches of ``batch_size`` (``ATP_PURGE_BATCH_SIZE``), each its own
+    transaction, with ``reason`` in each task's history; return how many were cancelled.
+
+    Tasks a daemon holds (claimed or running) are left to run: cancel them one by one.
+    The type keeps accepting tasks (pause it first to stop new ones starting). Raise
+    ``TaskTypeNotFound``, or ``InvalidParameter`` for a bad batch size or a reason no
+    database stores; nothing is cancelled then.
+    """
+    task_type = find_type(identifier)
+    size = conf.PURGE_BATCH_SIZE if batch_size is None else batch_size
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise InvalidParameter(f"batch_size must be a positive integer, not {size!r}")
+    message = reason or f"purged: the waiting tasks of type {task_type.identifier} were cancelled"
+    check_text(message, "a purge's reason")
+    cancelled, after = 0, 0
+    while True:
+        done, last = _purge_batch(task_type.pk, message, actor_label(by), size, after)
+        cancelled += done
+        if last is None:
+            return cancelled
+        after = last
+
+
+@queue_write
+def _purge_batch(type_id, message, actor, size, after):
+    """Cancel the waiting tasks among the next ``size`` unleased queue rows of the type
+    with keys above ``after``; return how many, and the last key looked at (None: no
+    row was left). Rows another transaction holds (a claim) are skipped."""
+    rows = Task.objects.filter(type_id=type_id, daemon__isnull=True,
+                               instance_id__gt=after).order_by("instance_id")
+    if connections[database()].features.has_select_for_update_skip_locked:
+        rows = rows.select_for_update(skip_locked=True)
+    pks = list(rows.values_list("instance_id", flat=True)[:size])
+    if not pks:
+        return 0, None
+    # The queue rows are locked, then the tasks (the order of atp.engine.locks).
+    tasks = {pk: (status, attempt) for pk, status, attempt in for_update(
+        Instance.objects.filter(pk__in=pks)).values_list("pk", "status", "attempt")}
+    waiting = [pk for pk in pks if pk in tasks and tasks[pk][0] in PURGEABLE]
+    if waiting:
+        now = database_now(database())
+        Task.objects.filter(instance_id__in=waiting).delete()
+        Instance.objects.filter(pk__in=waiting, status__in=PURGEABLE).update(
+            status=Status.CANCELLED, finished=now, updated=now)
+        LogRecord.objects.bulk_create(
+            LogRecord(instance_id=pk, time=now, status=Status.CANCELLED, attempt=tasks[pk][1],
+                      message=message, actor=actor)
+            for pk in waiting)
+    return len(waiting), pks[-1]
+
+
+#: What a purge cancels: a task waiting in the queue, or held there paused.
+PURGEABLE = (Status.ACCEPTED, Status.PAUSED)
+assert all(Status.CANCELLED in TRANSITIONS[status] for status in PURGEABLE)

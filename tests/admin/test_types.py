@@ -4,7 +4,7 @@ import re
 import pytest
 
 import atp
-from atp.models import Type
+from atp.models import Instance, LogRecord, Type
 from atp.states import Status
 from tests.admin.test_instances import last_message
 from tests.factories import TaskFactory
@@ -107,3 +107,28 @@ def test_unregistering_needs_the_delete_permission(log_in, noop_type):
     changer.post("/admin/atp/type/", {"action": "unregister_types",
                                       "_selected_action": [noop_type.pk]})
     assert Type.objects.filter(pk=noop_type.pk).exists()
+
+
+def test_a_purge_cancels_the_selected_types_waiting_tasks(log_in, noop_type):
+    admin = log_in("superuser")
+    waiting = atp.enqueue_many("tests.noop", [{}] * 3)
+    response = admin.post("/admin/atp/type/", {"action": "purge_types",
+                                               "_selected_action": [noop_type.pk]}, follow=True)
+    assert "3 waiting task(s) cancelled." in response.content.decode()
+    assert {Instance.objects.get(pk=t.pk).status for t in waiting} == {Status.CANCELLED}
+    assert "purged by" in LogRecord.objects.filter(instance=waiting[0]).last().message
+
+
+def test_only_who_may_change_tasks_may_purge(log_in, noop_type, django_user_model):
+    from django.contrib.auth.models import Permission
+
+    user = django_user_model.objects.create_user("typist", password="x", is_staff=True)
+    user.user_permissions.add(*Permission.objects.filter(codename__in=["view_type", "change_type"]))
+    from django.test import Client
+
+    client = Client()
+    client.force_login(user)
+    assert "purge_types" not in client.get("/admin/atp/type/").content.decode()
+    queued = atp.enqueue("tests.noop")
+    client.post("/admin/atp/type/", {"action": "purge_types", "_selected_action": [noop_type.pk]})
+    assert Instance.objects.get(pk=queued.pk).status == Status.ACCEPTED

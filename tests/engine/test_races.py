@@ -254,3 +254,16 @@ def test_a_type_limited_between_the_locks_and_the_count_gets_no_slot_that_round(
         rival.close()
         operator.close()
     assert Task.objects.filter(type=late, daemon__isnull=False).count() == 1
+
+
+def test_a_purge_racing_a_claim_never_cancels_a_claimed_task(noop_type, daemon):
+    queued = atp.enqueue_many("tests.noop", [{}] * 4)
+    first, second = interleave(lambda: atp.purge_type("tests.noop", batch_size=2),
+                               lambda: atp.dequeue(daemon, limit=4),
+                               pause_after=r'FROM "atp_instance"')
+    purged, claimed = first.get(), second.get()
+    states = {task.pk: Instance.objects.get(pk=task.pk).status for task in queued}
+    assert purged + len(claimed) == 4
+    assert {states[task.pk] for task in claimed} <= {Status.SCHEDULED}
+    assert list(states.values()).count(Status.CANCELLED) == purged
+    assert_invariants()

@@ -19,6 +19,7 @@ from atp.engine import (
     dequeue,
     enqueue,
     enqueue_many,
+    enqueue_on_commit,
     get_response,
     get_type,
     pause_type,
@@ -34,7 +35,7 @@ from atp.registry import task_type
 from atp.states import Status
 
 __all__ = [
-    "Status", "cancel", "delete_task", "dequeue", "enqueue", "enqueue_many",
+    "Status", "cancel", "delete_task", "dequeue", "enqueue", "enqueue_many", "enqueue_on_commit",
     "get_response", "get_type", "pause", "pause_type", "purge_finished", "purge_type", "reenqueue",
     "register_task_type", "resume", "resume_type", "set_response", "set_status",
     "task_type", "unregister_task_type",

@@ -16,7 +16,7 @@ from atp.engine.daemons import (
     serve_types,
     stale_daemons,
 )
-from atp.engine.enqueue import enqueue, enqueue_many
+from atp.engine.enqueue import enqueue, enqueue_many, enqueue_on_commit
 from atp.engine.lifecycle import (
     fail,
     fail_or_retry,
@@ -43,7 +43,7 @@ from atp.engine.types import (
 )
 
 __all__ = [
-    "cancel", "claim_for_daemon", "delete_ended", "delete_task", "dequeue", "enqueue", "enqueue_many", "fail", "fail_or_retry", "finish",
+    "cancel", "claim_for_daemon", "delete_ended", "delete_task", "dequeue", "enqueue", "enqueue_many", "enqueue_on_commit", "fail", "fail_or_retry", "finish",
     "get_response", "get_type", "next_due", "hand_back", "heartbeat", "log", "pause", "pause_type",
     "prune_daemons", "purge_finished", "purge_type", "reap_daemon", "reenqueue", "register_daemon", "release",
     "register_task_type", "restart", "restart_leases", "resume", "resume_type", "retire_daemon",

@@ -11,7 +11,7 @@ import datetime
 import uuid
 
 from django.conf import settings
-from django.db import IntegrityError
+from django.db import IntegrityError, transaction
 from django.db.models.base import ModelState
 from django.utils import timezone
 
@@ -43,6 +43,26 @@ def enqueue(type_identifier, inputs=None, *, identifier=None, priority=0, eta=No
     priority = _clean_priority(priority)
     schedule = _schedule(eta, countdown)
     return _enqueue(type_identifier, [(identifier, inputs)], priority, schedule)[0]
+
+
+def enqueue_on_commit(type_identifier, inputs=None, *, identifier=None, priority=0, eta=None,
+                      countdown=None):
+    """Queue a task as ``enqueue`` does, but only once the surrounding transaction commits
+    (at once outside one); return None, as the task does not exist yet.
+
+    Everything that can be checked before is checked now: an unknown type, inputs that
+    cannot be stored, a bad argument raise here and nothing is queued. A live task with
+    the same ``identifier`` found at the commit raises ``TaskAlreadyExists`` from the
+    commit (the surrounding transaction is committed then). A ``countdown`` counts from
+    the commit.
+    """
+    identifier = None if identifier is None else _clean_identifier(identifier)
+    _clean_priority(priority)
+    _schedule(eta, countdown)
+    _dump(inputs, get_type(type_identifier))
+    transaction.on_commit(lambda: enqueue(
+        type_identifier, inputs, identifier=identifier, priority=priority, eta=eta,
+        countdown=countdown), using=database())
 
 
 def enqueue_many(type_identifier, inputs_list, *, priority=0, eta=None, countdown=None):

@@ -271,3 +271,35 @@ def test_the_tasks_enqueue_returns_are_as_stored(noop_type, count):
     assert Instance.objects.get(pk=first.pk).progress_message == "changed"
     assert all(other._state is not first._state for other in others)
     assert all(other.progress_message == "" for other in others)
+
+
+def test_enqueue_on_commit_queues_the_task_only_once_the_transaction_commits(
+        noop_type, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        with transaction.atomic():
+            assert atp.enqueue_on_commit("tests.noop", {"n": 1}, identifier="after") is None
+            assert not Instance.objects.filter(identifier="after").exists()
+    assert callbacks  # ours (and, on SQLite, the doorbell's ring after the enqueue)
+    task = Instance.objects.get(identifier="after")
+    assert task.load_inputs() == {"n": 1}
+
+
+def test_enqueue_on_commit_queues_nothing_when_the_transaction_rolls_back(
+        noop_type, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True) as callbacks, pytest.raises(Boom):
+        with transaction.atomic():
+            atp.enqueue_on_commit("tests.noop", identifier="never")
+            raise Boom
+    assert callbacks == [] and not Instance.objects.filter(identifier="never").exists()
+
+
+@pytest.mark.parametrize("call, error", [
+    (lambda: atp.enqueue_on_commit("tests.nothing"), TaskTypeNotFound),
+    (lambda: atp.enqueue_on_commit("tests.noop", {"x": object()}), InputsNotSerializable),
+    (lambda: atp.enqueue_on_commit("tests.noop", priority="high"), InvalidParameter),
+])
+def test_enqueue_on_commit_refuses_bad_input_at_once(noop_type, call, error,
+                                                     django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks() as callbacks, pytest.raises(error):
+        call()
+    assert callbacks == []

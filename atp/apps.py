@@ -12,6 +12,7 @@ class AtpConfig(AppConfig):
     def ready(self):
         from atp import (
             checks,  # noqa: F401 (registers the system checks)
+            deferred,
             registry,
         )
         from atp.db import configure_sqlite
@@ -24,6 +25,7 @@ class AtpConfig(AppConfig):
         from atp.djangotasks import config
 
         config.declare_types()
+        deferred.declare()
 
 
 def sync_types_after_migrate(sender, using, plan=None, **kwargs):

@@ -252,3 +252,13 @@ def ask_for_retry(task, inputs):
 
 def fail_for_good(task, inputs):
     raise atp.PermanentFailure("the input can never work")
+
+
+def multiply(a, b, *, factor=1):
+    """A plain function, for ``atp.defer``."""
+    return {"product": a * b * factor}
+
+
+def describe(moment, amounts):
+    """A plain function taking what JSON alone would not round-trip."""
+    return {"moment": moment.isoformat(), "types": [type(a).__name__ for a in amounts]}

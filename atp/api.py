@@ -14,6 +14,7 @@ take ``by``, the user (or a name) to record in the task's history as who did it.
 """
 
 from atp import engine
+from atp.deferred import defer
 from atp.engine import (
     delete_task,
     dequeue,
@@ -29,7 +30,6 @@ from atp.engine import (
     resume_type,
     unregister_task_type,
 )
-from atp.deferred import defer
 from atp.engine.base import pk_of
 from atp.models import Instance
 from atp.registry import task_type

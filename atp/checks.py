@@ -52,6 +52,9 @@ def check_settings(app_configs=None, **kwargs):
     errors += _non_negative_seconds("TRANSACTION_RETRY_SECONDS", "atp.E003")
     if not _is_positive_int(conf.PURGE_BATCH_SIZE):
         errors.append(Error("ATP_PURGE_BATCH_SIZE must be a positive integer.", id="atp.E004"))
+    if conf.MAX_QUEUED_TOTAL is not None and not _is_positive_int(conf.MAX_QUEUED_TOTAL):
+        errors.append(Error("ATP_MAX_QUEUED_TOTAL must be a positive integer or None.",
+                            id="atp.E017"))
     errors += _check_daemon_timing()
     errors += _non_negative_seconds("PROGRESS_INTERVAL_SECONDS", "atp.E010")
     if not _is_positive_int(conf.TRACEBACK_MAX_CHARS):

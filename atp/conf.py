@@ -98,5 +98,12 @@ class AtpSettings:
         """How many finished tasks one purge transaction deletes at most."""
         return getattr(settings, "ATP_PURGE_BATCH_SIZE", 500)
 
+    @property
+    def MAX_QUEUED_TOTAL(self):
+        """At most this many tasks in the queue, all types together (None: no limit):
+        enqueue raises QueueFull beyond it. Protects against a task that enqueues tasks
+        without end; every enqueue counts the queue while it is set."""
+        return getattr(settings, "ATP_MAX_QUEUED_TOTAL", None)
+
 
 conf = AtpSettings()

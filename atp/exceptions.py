@@ -71,6 +71,11 @@ class ResponseTooLarge(InvalidResponse):
     """The response is larger than its task type allows; it was not stored."""
 
 
+class QueueFull(AtpError):
+    """The queue of a task type holds its ``max_queued`` tasks, or the queue all of
+    ``ATP_MAX_QUEUED_TOTAL``: nothing was queued."""
+
+
 class DaemonStopped(AtpError):
     """This daemon was declared stopped; it may claim nothing more and must register again."""
 

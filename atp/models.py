@@ -52,6 +52,11 @@ class Type(models.Model):
         null=True, blank=True,
         help_text="Largest response a task may store, in bytes; empty for ATP_MAX_RESPONSE_BYTES.",
     )
+    max_queued = models.PositiveIntegerField(
+        null=True, blank=True,
+        help_text="At most this many tasks of the type in the queue (waiting or running); "
+        "enqueue raises QueueFull beyond it. Empty for no limit.",
+    )
     # The retry policy of handler failures (atp.retry): none unless a limit is set.
     retry_limit = models.PositiveIntegerField(
         null=True, blank=True,

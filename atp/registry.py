@@ -225,6 +225,7 @@ TYPE_PARAMETERS = {
     "max_response_bytes": functools.partial(_count, minimum=1, maximum=2**31 - 1, allow_none=True),
     "input_format": _input_format,
     "description": _text,
+    "max_queued": functools.partial(_count, minimum=1, maximum=2**31 - 1, allow_none=True),
     # The retry policy of handler failures (atp.retry).
     "retry_limit": functools.partial(_count, minimum=0, maximum=2**31 - 1, allow_none=True),
     "age_limit": functools.partial(_duration, allow_none=True),

@@ -17,7 +17,7 @@ from atp.templatetags.atp import status_badge
 
 #: What an operator may change on a type's page; the rest comes from code.
 TUNABLE = ["description", "timeout", "max_restarts", "retention", "max_concurrency",
-           "max_input_bytes", "max_response_bytes", "retry_limit", "age_limit", "min_backoff",
+           "max_input_bytes", "max_response_bytes", "max_queued", "retry_limit", "age_limit", "min_backoff",
            "max_backoff", "max_doublings", "retry_jitter"]
 
 
@@ -54,7 +54,7 @@ class TypeAdmin(NumericKeys, admin.ModelAdmin):
                        "live_by_state", "run_by", "created", "updated"]
     fields = ["identifier", "handler", "input_format", "description", "timeout",
               "max_restarts", "retention", "max_concurrency", "max_input_bytes",
-              "max_response_bytes", "retry_limit", "age_limit", "min_backoff", "max_backoff",
+              "max_response_bytes", "max_queued", "retry_limit", "age_limit", "min_backoff", "max_backoff",
               "max_doublings", "retry_jitter", "is_paused", "live_by_state", "run_by", "created",
               "updated"]
 

@@ -11,16 +11,24 @@ import datetime
 import uuid
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connections, transaction
 from django.db.models.base import ModelState
 from django.utils import timezone
 
+from atp.conf import conf
 from atp.db import database_now, run_in_transaction
 from atp.engine.base import database, queue_write
 from atp.engine.engines import engine
+from atp.engine.locks import for_update
 from atp.engine.notify import notify_runnable
 from atp.engine.types import get_type
-from atp.exceptions import InputsTooLarge, InvalidParameter, TaskAlreadyExists, TaskTypeNotFound
+from atp.exceptions import (
+    InputsTooLarge,
+    InvalidParameter,
+    QueueFull,
+    TaskAlreadyExists,
+    TaskTypeNotFound,
+)
 from atp.models import IDENTIFIER_MAX_LENGTH, Inputs, Instance, LogRecord, Task, Type
 from atp.registry import DURATION_MAX
 from atp.serialization import InputFormat, check_pickle_enabled, check_text, dump_inputs
@@ -83,10 +91,10 @@ def enqueue_many(type_identifier, inputs_list, *, priority=0, eta=None, countdow
 def _enqueue(type_identifier, entries, priority, schedule):
     """Write ``entries`` (``(identifier, inputs)``) as tasks; return their ``Instance`` objects."""
     fast = engine()
-    if fast is None:
+    if fast is None or conf.MAX_QUEUED_TOTAL is not None:
         task_type = get_type(type_identifier)
         encoded = [(identifier, _dump(inputs, task_type)) for identifier, inputs in entries]
-        return _insert(task_type, encoded, priority, schedule)
+        return _insert_within_depth(task_type, encoded, priority, schedule)
     key = type_identifier.identifier if isinstance(type_identifier, Type) else type_identifier
     for attempt in range(3):
         task_type = _types.get(key) if attempt == 0 else None
@@ -99,6 +107,8 @@ def _enqueue(type_identifier, entries, priority, schedule):
             if fresh:
                 raise
             continue  # its limit may have grown since it was read
+        if task_type.max_queued is not None:
+            return _insert_within_depth(get_type(key), encoded, priority, schedule)
         instances = _write(fast, task_type, encoded, priority, schedule)
         if instances is not None:
             return instances
@@ -159,6 +169,40 @@ def _as_stored(template, identifier, pk, created):
 def _duplicate(task_type, encoded):
     taken = repr(encoded[0][0]) if len(encoded) == 1 else "one of these identifiers"
     return TaskAlreadyExists(f"a live task of type {task_type.identifier!r} already has {taken}")
+
+
+#: The advisory lock (PostgreSQL) serialising the enqueues that count the queue:
+#: ``(DEPTH_LOCK, type id)`` for a type's ``max_queued``, ``(DEPTH_LOCK, 0)`` for all.
+DEPTH_LOCK = 0x61747071  # "atpq"
+
+
+@queue_write
+def _insert_within_depth(task_type, entries, priority, schedule):
+    """Insert as ``_insert`` does once the queue has room for ``entries``: counted under
+    a lock that serialises the counting enqueues (of the type, or of all types with
+    ``ATP_MAX_QUEUED_TOTAL``); raise ``QueueFull`` otherwise. SQLite serialises every
+    writer anyway; elsewhere the type's row is locked (the total is then approximate)."""
+    total, most = conf.MAX_QUEUED_TOTAL, task_type.max_queued
+    connection = connections[database()]
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)",
+                           [DEPTH_LOCK, 0 if total is not None else task_type.pk])
+    elif most is not None and connection.vendor != "sqlite":
+        list(for_update(Type.objects.filter(pk=task_type.pk)).values_list("pk"))
+    if most is not None:
+        depth = Task.objects.filter(type=task_type).count()
+        if depth + len(entries) > most:
+            raise QueueFull(
+                f"the queue of task type {task_type.identifier!r} holds {depth:,} tasks and "
+                f"takes at most {most:,} (max_queued): {len(entries):,} more do not fit")
+    if total is not None:
+        depth = Task.objects.count()
+        if depth + len(entries) > total:
+            raise QueueFull(
+                f"the queue holds {depth:,} tasks and takes at most {total:,} "
+                f"(ATP_MAX_QUEUED_TOTAL): {len(entries):,} more do not fit")
+    return _insert(task_type, entries, priority, schedule)
 
 
 @queue_write

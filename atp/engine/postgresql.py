@@ -600,10 +600,11 @@ def _insert(model, obj, connection, expressions):
 
 def _type_as_read(task_type, size):
     """Return the SQL selecting ``task_type`` only while it is as read: same identifier and
-    format, a limit inputs of ``size`` bytes fit in. Otherwise an enqueue writes nothing
-    and its caller reads the type again."""
+    format, a limit inputs of ``size`` bytes fit in, no ``max_queued`` (an enqueue within
+    one counts the queue, see ``enqueue``). Otherwise an enqueue writes nothing and its
+    caller reads the type again."""
     return (f"SELECT 1 FROM {TYPE} WHERE id = %s AND identifier = %s AND input_format = %s "
-            "AND COALESCE(max_input_bytes, %s) >= %s",
+            "AND COALESCE(max_input_bytes, %s) >= %s AND max_queued IS NULL",
             [task_type.pk, task_type.identifier, task_type.input_format, conf.MAX_INPUT_BYTES,
              size])
 

@@ -386,7 +386,7 @@ def _template(fields, obj, connection):
 
 
 TYPE_AS_READ = (f"SELECT 1 FROM {TYPE} WHERE id = %s AND identifier = %s AND input_format = %s "
-                "AND COALESCE(max_input_bytes, %s) >= %s")
+                "AND COALESCE(max_input_bytes, %s) >= %s AND max_queued IS NULL")
 
 
 def enqueue_many(task_type, identifiers, data, priority, not_before, notify):

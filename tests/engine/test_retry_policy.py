@@ -114,3 +114,16 @@ def test_a_bad_policy_is_refused(db, parameters, message):
     with pytest.raises(InvalidParameter) as refused:
         atp.register_task_type("tests.bad", "tests.handlers.fail", **parameters)
     assert message in str(refused.value)
+
+
+def test_a_prefetched_attempt_that_failed_gets_its_start_then_its_retry(retried_type, daemon):
+    from atp.daemon.recording import record
+    from atp.engine.outcomes import Outcome
+
+    task = atp.enqueue("tests.retried")
+    claimed = claim_exactly(task, daemon)  # SCHEDULED: its start is not written
+    failed = Outcome.failed(task.pk, claimed.attempt, "Traceback: boom", may_retry=True)
+    assert record(failed.since_start(0.5), daemon)
+    history = list(LogRecord.objects.filter(instance=task).values_list("status", flat=True))
+    assert history == [Status.ACCEPTED, Status.SCHEDULED, Status.RUNNING, Status.ACCEPTED]
+    assert Instance.objects.get(pk=task.pk).retries == 1

@@ -64,8 +64,11 @@ def _nested():
     return inner
 
 
-@pytest.mark.parametrize("func", [len, lambda: None, json.dumps, _nested(), "tests.handlers.nope"],
-                         ids=["builtin", "lambda", "outside the apps", "nested", "no such"])
+@pytest.mark.parametrize("func", [
+    len, lambda: None, json.dumps, _nested(), "tests.handlers.nope", atp.engine.purge_type,
+    "django.contrib.auth.models.update_last_login"],
+    ids=["builtin", "lambda", "outside the apps", "nested", "no such", "atp's own verb",
+         "django's"])
 def test_a_function_atpd_could_not_run_is_refused_when_queued(func):
     before = Instance.objects.count()
     with pytest.raises(InvalidHandler):
@@ -87,3 +90,12 @@ def test_a_daemon_runs_a_deferred_call(start_daemon):
     wait_until(lambda: Instance.objects.get(pk=task.pk).status == Status.FINISHED, 30,
                message="the deferred call ran", output=daemon.output)
     assert atp.get_response(task).json() == {"product": 42}
+
+
+def test_a_forged_call_of_atps_own_verbs_does_not_run(daemon, noop_type):
+    """The path of a deferred call is in its inputs: one forged there is refused too."""
+    from atp.deferred import run
+    from atp.exceptions import InvalidHandler
+
+    with pytest.raises(InvalidHandler, match="cannot be deferred"):
+        run(None, {"function": "atp.engine.types.purge_type", "args": ["tests.noop"]})

@@ -487,8 +487,8 @@ class Supervisor:
         self.next_due = None
         if self.should_claim or self.drain_deadline is not None:
             return
-        seconds = engine.next_due(self.catalog.type_ids())
-        if seconds is not None and seconds < self.config.poll_interval:
+        seconds = engine.next_due(self.catalog.type_ids(), self.config.poll_interval)
+        if seconds is not None:
             self.next_due = time.monotonic() + seconds
 
     def _give_out(self, instances, slots=None):

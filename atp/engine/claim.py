@@ -111,19 +111,21 @@ def settle_and_claim(daemon, outcomes, limit, type_ids, *, start, limited=False)
     return settled, instances
 
 
-def next_due(type_ids):
+def next_due(type_ids, within):
     """Return in how many seconds the first task of ``type_ids`` waiting for its time
-    (an ``eta``, a ``countdown``, a retry's backoff) becomes runnable, or None: an idle
-    daemon sleeps until then rather than until its next poll. Unleased, unpaused tasks
-    only; paused types are left to the claim."""
+    (an ``eta``, a ``countdown``, a retry's backoff) becomes runnable, if it does within
+    ``within`` seconds, else None: an idle daemon sleeps until then rather than until
+    its next poll. Unleased, unpaused tasks only; paused types are left to the claim."""
     type_ids = list(type_ids)
     if not type_ids:
         return None
     fast = engine()
     if fast is not None:
-        return fast.next_due(type_ids)
+        return fast.next_due(type_ids, within)
+    bound = Now() + datetime.timedelta(seconds=within)
     first = (Task.objects.filter(daemon__isnull=True, paused_since__isnull=True,
-                                 type_id__in=type_ids, not_before__gt=Now())
+                                 type_id__in=type_ids, not_before__gt=Now(),
+                                 not_before__lt=bound)
              .order_by("not_before").values_list("not_before", flat=True).first())
     if first is None:
         return None

@@ -59,15 +59,18 @@ def enqueue_on_commit(type_identifier, inputs=None, *, identifier=None, priority
     (at once outside one); return None, as the task does not exist yet.
 
     Everything that can be checked before is checked now: an unknown type, inputs that
-    cannot be stored, a bad argument raise here and nothing is queued. A live task with
-    the same ``identifier`` found at the commit raises ``TaskAlreadyExists`` from the
-    commit (the surrounding transaction is committed then). A ``countdown`` counts from
-    the commit.
+    cannot be stored, a bad argument raise here and nothing is queued. What can only
+    fail at the commit (a live task with the same ``identifier``: ``TaskAlreadyExists``;
+    a full queue: ``QueueFull``; the type unregistered meanwhile; the database gone)
+    raises from the commit, after the surrounding transaction committed, and Django
+    skips the on-commit callbacks registered after this one. The inputs are copied at
+    the call. A ``countdown`` counts from the commit.
     """
     identifier = None if identifier is None else _clean_identifier(identifier)
     _clean_priority(priority)
     _schedule(eta, countdown)
     _dump(inputs, get_type(type_identifier))
+    inputs = copy.deepcopy(inputs)  # as they are now, not as the caller may change them
     transaction.on_commit(lambda: enqueue(
         type_identifier, inputs, identifier=identifier, priority=priority, eta=eta,
         countdown=countdown), using=database())
@@ -108,7 +111,10 @@ def _enqueue(type_identifier, entries, priority, schedule):
                 raise
             continue  # its limit may have grown since it was read
         if task_type.max_queued is not None:
-            return _insert_within_depth(get_type(key), encoded, priority, schedule)
+            task_type = _types[key] = get_type(key)  # as it is now: the limit may be gone
+            if task_type.max_queued is not None:
+                encoded = [(identifier, _dump(inputs, task_type)) for identifier, inputs in entries]
+                return _insert_within_depth(task_type, encoded, priority, schedule)
         instances = _write(fast, task_type, encoded, priority, schedule)
         if instances is not None:
             return instances
@@ -183,6 +189,8 @@ def _insert_within_depth(task_type, entries, priority, schedule):
     ``ATP_MAX_QUEUED_TOTAL``); raise ``QueueFull`` otherwise. SQLite serialises every
     writer anyway; elsewhere the type's row is locked (the total is then approximate)."""
     total, most = conf.MAX_QUEUED_TOTAL, task_type.max_queued
+    if total is None and most is None:
+        return _insert(task_type, entries, priority, schedule)
     connection = connections[database()]
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:

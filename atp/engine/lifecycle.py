@@ -210,12 +210,16 @@ def fail_or_retry(instance, message="", *, attempt, daemon=None, countdown=None)
                f"{due.isoformat(timespec='milliseconds')}, in {wait.total_seconds():g} s").strip()
     Instance.objects.filter(pk=pk).update(retries=F("retries") + 1)
     if locked.status == Status.PAUSED:
-        queue_row(pk).update(not_before=due)
+        message = (f"{message.rsplit(chr(10), 1)[0]}\nretry {number} ({policy.describe()}) "
+                   "when the task is resumed").strip()
         return hold(locked, attempt, message, daemon=daemon, spends_restart=False)
     release_lease(pk)
     queue_row(pk).update(not_before=due)
-    return move(pk, Status.ACCEPTED, sources=set(IN_FLIGHT), attempt=attempt,
-                changes={"started": None}, message=message, daemon=daemon)
+    attempt = move(pk, Status.ACCEPTED, sources=set(IN_FLIGHT), attempt=attempt,
+                   changes={"started": None}, message=message, daemon=daemon)
+    # Every daemon looks again: one that is idle learns when the retry is due.
+    notify_runnable()
+    return attempt
 
 
 def _leave_queue(pk, attempt, target):

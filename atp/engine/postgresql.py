@@ -357,8 +357,9 @@ def _claim(sql, params, daemon, inputs, within_limits=False):
     return settled, (instances, strays or [])
 
 
-# The earliest time a waiting task of ``%(types)s`` becomes runnable, in seconds from
-# now (None: none waits for its time). The claim index is ordered by priority first:
+# The earliest time a waiting task of ``%(types)s`` becomes runnable within the next
+# ``%(within)s`` seconds, in seconds from now (None: none). The bound keeps the walk short
+# when many tasks of other types, or paused ones, wait for a later time. The claim index is ordered by priority first:
 # the statement walks its distinct priorities (a recursive skip scan, each step one
 # index probe) and takes, within each, the first ``not_before`` to come.
 NEXT_DUE = f"""
@@ -372,24 +373,28 @@ WITH RECURSIVE levels(priority) AS (
 SELECT EXTRACT(EPOCH FROM min((
     SELECT t.not_before FROM {TASK} t
     WHERE t.daemon_id IS NULL AND t.priority = l.priority
-        AND t.not_before > STATEMENT_TIMESTAMP() AND t.paused_since IS NULL
+        AND t.not_before > STATEMENT_TIMESTAMP()
+        AND t.not_before < STATEMENT_TIMESTAMP() + make_interval(secs => %(within)s)
+        AND t.paused_since IS NULL
         AND t.type_id = ANY(%(types)s::bigint[])
     ORDER BY t.not_before LIMIT 1)) - STATEMENT_TIMESTAMP())
 FROM levels l WHERE l.priority IS NOT NULL
 """
 
 
-def next_due(type_ids):
+def next_due(type_ids, within):
     """Return in how many seconds the first task of ``type_ids`` waiting for its time
-    (``eta``, ``countdown``, a retry's backoff) becomes runnable, or None."""
+    (``eta``, ``countdown``, a retry's backoff) becomes runnable, if within ``within``
+    seconds; else None."""
     connection = connections[database()]
+    params = {"types": list(type_ids), "within": float(within)}
     with statement_cursor(connection) as cursor:
         if connection.in_atomic_block or _binds_on_the_client(cursor):
-            execute_claim(cursor, NEXT_DUE, {"types": list(type_ids)})
+            execute_claim(cursor, NEXT_DUE, params)
             row = cursor.fetchone()
         else:  # CLAIM_PLAN and the statement must share a transaction
             with transaction.atomic(using=connection.alias):
-                execute_claim(cursor, NEXT_DUE, {"types": list(type_ids)})
+                execute_claim(cursor, NEXT_DUE, params)
                 row = cursor.fetchone()
     return None if row is None or row[0] is None else max(0.0, float(row[0]))
 

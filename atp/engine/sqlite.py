@@ -200,7 +200,7 @@ def _waiting(cursor, types, now, limit):
 
 
 def _next_due_statement(type_count):
-    """See ``postgresql.NEXT_DUE``; parameters: the moment, the types."""
+    """See ``postgresql.NEXT_DUE``; parameters: the moment, the bound, the types."""
     return (
         "WITH RECURSIVE levels(priority) AS ("
         f" SELECT * FROM (SELECT priority FROM {TASK} INDEXED BY {CLAIM_INDEX}"
@@ -211,21 +211,24 @@ def _next_due_statement(type_count):
         " FROM levels l WHERE l.priority IS NOT NULL)"
         f" SELECT min((SELECT t.not_before FROM {TASK} t INDEXED BY {CLAIM_INDEX}"
         "  WHERE t.daemon_id IS NULL AND t.priority = l.priority AND t.not_before > %s"
+        "  AND t.not_before < %s"
         f"  AND t.paused_since IS NULL AND {_in('t.type_id', range(type_count))}"
         "  ORDER BY t.not_before LIMIT 1)) FROM levels l WHERE l.priority IS NOT NULL"
     )
 
 
-def next_due(type_ids):
+def next_due(type_ids, within):
     """Return in how many seconds the first task of ``type_ids`` waiting for its time
-    becomes runnable, or None (see ``postgresql.next_due``)."""
+    becomes runnable, if within ``within`` seconds; else None (``postgresql.next_due``)."""
     type_ids = list(type_ids)
     if not type_ids:
         return None
     connection = connections[database()]
     moment = timezone.now()
     with connection.cursor() as cursor:
-        cursor.execute(_next_due_statement(len(type_ids)), [_stamp(moment), *type_ids])
+        bound = moment + datetime.timedelta(seconds=within)
+        cursor.execute(_next_due_statement(len(type_ids)),
+                       [_stamp(moment), _stamp(bound), *type_ids])
         row = cursor.fetchone()
     if row is None or row[0] is None:
         return None

@@ -106,7 +106,8 @@ def _retry_ended(locked, message, by):
     pk = locked.pk
     attempt = move(
         pk, Status.ACCEPTED, sources=set(ENDED_FOR_RETRY),
-        changes={"restarts": 0, "started": None, "finished": None}, message=message, by=by,
+        changes={"restarts": 0, "retries": 0, "started": None, "finished": None},
+        message=message, by=by,
     )
     if locked.is_leased:
         return attempt  # its daemon is still stopping the last worker; it lets go then

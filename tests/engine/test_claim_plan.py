@@ -238,7 +238,7 @@ def test_the_next_due_time_is_read_by_probes_of_the_claim_index(
             cursor.execute("ANALYZE atp_task")
     with connection.cursor() as cursor:
         postgresql.execute_claim(cursor, f"EXPLAIN (FORMAT JSON) {postgresql.NEXT_DUE}",
-                                 {"types": [noop_type.pk]})
+                                 {"types": [noop_type.pk], "within": 1.0})
         plan = cursor.fetchone()[0]
     plan = plan if isinstance(plan, list) else json.loads(plan)
     nodes = list(_nodes(plan[0]["Plan"]))
@@ -247,4 +247,4 @@ def test_the_next_due_time_is_read_by_probes_of_the_claim_index(
     assert reads and all(index == "atp_task_claim_idx" for _, index in reads), reads
     kinds = [node["Node Type"] for node in nodes]
     assert "Sort" not in kinds and "Seq Scan" not in kinds, kinds
-    assert engine.next_due([noop_type.pk]) is None  # all runnable now
+    assert engine.next_due([noop_type.pk], 1.0) is None  # all runnable now

@@ -12,17 +12,17 @@ pytestmark = pytest.mark.django_db
 
 
 def test_nothing_waiting_for_its_time_is_none(noop_type):
-    assert engine.next_due([noop_type.pk]) is None
+    assert engine.next_due([noop_type.pk], 3600) is None
     atp.enqueue("tests.noop")  # runnable now: not waiting for its time
-    assert engine.next_due([noop_type.pk]) is None
-    assert engine.next_due([]) is None
+    assert engine.next_due([noop_type.pk], 3600) is None
+    assert engine.next_due([], 3600) is None
 
 
 def test_the_first_due_across_priorities(noop_type):
     atp.enqueue("tests.noop", countdown=30, priority=5)
     atp.enqueue("tests.noop", countdown=8, priority=-3)
     atp.enqueue("tests.noop", countdown=20)
-    assert 7 < engine.next_due([noop_type.pk]) <= 8
+    assert 7 < engine.next_due([noop_type.pk], 3600) <= 8
 
 
 def test_only_unleased_unpaused_tasks_of_the_types_asked_count(noop_type, daemon):
@@ -33,10 +33,16 @@ def test_only_unleased_unpaused_tasks_of_the_types_asked_count(noop_type, daemon
     Task.objects.filter(pk=held.pk).update(paused_since=datetime.datetime.now(datetime.UTC))
     leased = atp.enqueue("tests.noop", countdown=5)
     Task.objects.filter(pk=leased.pk).update(daemon=daemon)
-    assert engine.next_due([noop_type.pk]) is None
-    assert 2 < engine.next_due([noop_type.pk, other.pk]) <= 3
+    assert engine.next_due([noop_type.pk], 3600) is None
+    assert 2 < engine.next_due([noop_type.pk, other.pk], 3600) <= 3
 
 
 def test_a_due_time_in_the_past_is_not_waiting(noop_type):
     atp.enqueue("tests.noop", eta=datetime.datetime.now(datetime.UTC) - datetime.timedelta(hours=1))
-    assert engine.next_due([noop_type.pk]) is None
+    assert engine.next_due([noop_type.pk], 3600) is None
+
+
+def test_a_due_time_beyond_the_bound_is_not_looked_for(noop_type):
+    atp.enqueue("tests.noop", countdown=30)
+    assert engine.next_due([noop_type.pk], 10) is None
+    assert 29 < engine.next_due([noop_type.pk], 31) <= 30

@@ -127,3 +127,18 @@ def test_a_prefetched_attempt_that_failed_gets_its_start_then_its_retry(retried_
     history = list(LogRecord.objects.filter(instance=task).values_list("status", flat=True))
     assert history == [Status.ACCEPTED, Status.SCHEDULED, Status.RUNNING, Status.ACCEPTED]
     assert Instance.objects.get(pk=task.pk).retries == 1
+
+
+def test_an_operators_reenqueue_gives_a_failed_task_its_retries_again(db, daemon):
+    atp.register_task_type("tests.once", "tests.handlers.fail", retry_limit=1, min_backoff=1)
+    task = atp.enqueue("tests.once")
+    for _ in range(2):
+        current = running(task, daemon)
+        engine.fail_or_retry(task.pk, "boom", attempt=current.attempt, daemon=daemon)
+        come_due(task) if Task.objects.filter(pk=task.pk).exists() else None
+    assert Instance.objects.get(pk=task.pk).status == Status.FAILED
+    atp.reenqueue(task)
+    assert Instance.objects.get(pk=task.pk).retries == 0
+    current = running(task, daemon)
+    engine.fail_or_retry(task.pk, "boom again", attempt=current.attempt, daemon=daemon)
+    assert Instance.objects.get(pk=task.pk).status == Status.ACCEPTED

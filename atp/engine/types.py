@@ -12,6 +12,7 @@ from atp.engine.locks import for_update
 from atp.engine.notify import notify_runnable
 from atp.exceptions import InvalidParameter, TaskTypeInUse, TaskTypeNotFound
 from atp.models import Instance, LogRecord, Task, Type
+from atp.retry import DEFAULT_MAX_BACKOFF, DEFAULT_MIN_BACKOFF
 from atp.serialization import check_text
 from atp.states import TRANSITIONS, Status
 
@@ -38,10 +39,20 @@ def register_task_type(identifier, handler, **parameters):
 
 @queue_write
 def _save_type(identifier, handler_path, parameters):
+    _check_backoffs(for_update(Type.objects.filter(identifier=identifier)).first(), parameters)
     task_type, _ = Type.objects.update_or_create(
         identifier=identifier, defaults={"handler": handler_path, **parameters}
     )
     return task_type
+
+
+def _check_backoffs(task_type, parameters):
+    """Raise ``InvalidParameter`` when the type would wait longer before its first retry
+    than between any two (one of the two given, the other as stored or by default)."""
+    least = parameters.get("min_backoff", getattr(task_type, "min_backoff", DEFAULT_MIN_BACKOFF))
+    most = parameters.get("max_backoff", getattr(task_type, "max_backoff", DEFAULT_MAX_BACKOFF))
+    if least > most:
+        raise InvalidParameter(f"min_backoff ({least}) is longer than max_backoff ({most})")
 
 
 def sync_declared_types():
@@ -95,6 +106,7 @@ def update_task_type(identifier, **parameters):
 def _update_type(identifier, parameters):
     task_type = find_type(identifier)
     if parameters:
+        _check_backoffs(for_update(Type.objects.filter(pk=task_type.pk)).get(), parameters)
         Type.objects.filter(pk=task_type.pk).update(**parameters, updated=timezone.now())
         # A longer time-out or a higher concurrency can let waiting tasks start.
         notify_runnable()

@@ -142,3 +142,14 @@ def test_an_operators_reenqueue_gives_a_failed_task_its_retries_again(db, daemon
     current = running(task, daemon)
     engine.fail_or_retry(task.pk, "boom again", attempt=current.attempt, daemon=daemon)
     assert Instance.objects.get(pk=task.pk).status == Status.ACCEPTED
+
+
+def test_a_first_wait_longer_than_the_longest_is_refused_against_what_is_stored(db):
+    from atp.exceptions import InvalidParameter
+
+    with pytest.raises(InvalidParameter, match="longer than max_backoff"):
+        atp.register_task_type("tests.slow", "tests.handlers.fail", min_backoff=7200)
+    atp.register_task_type("tests.slow", "tests.handlers.fail", max_backoff=60)
+    with pytest.raises(InvalidParameter, match="longer than max_backoff"):
+        engine.update_task_type("tests.slow", min_backoff=61)
+    assert atp.get_type("tests.slow").min_backoff == 0.1 * S

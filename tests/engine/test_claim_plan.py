@@ -53,6 +53,18 @@ def _enqueue(count):
         )
 
 
+def _waiting_with(statistics):
+    """Queue ``WAITING`` tasks, then leave ``atp_task``'s statistics "never analyzed" or
+    "fresh"."""
+    _enqueue(WAITING)
+    if statistics == "never analyzed":
+        _forget_statistics()
+    else:
+        with connection.cursor() as cursor:
+            cursor.execute("ANALYZE atp_task")
+            cursor.execute("ANALYZE atp_instance")
+
+
 def _nodes(plan):
     """Yield every node of a JSON plan, depth first."""
     yield plan
@@ -192,13 +204,7 @@ def test_the_plan_kept_for_the_daemons_round_reads_each_row_by_its_key(
         pytest.skip("the PostgreSQL engine's statement")
     if limited:
         atp.register_task_type("tests.noop", "tests.handlers.noop", max_concurrency=50)
-    _enqueue(WAITING)
-    if statistics == "never analyzed":
-        _forget_statistics()
-    else:
-        with connection.cursor() as cursor:
-            cursor.execute("ANALYZE atp_task")
-            cursor.execute("ANALYZE atp_instance")
+    _waiting_with(statistics)
     outcomes = [Outcome.finished(0, 1, None)]  # no such task: written as nothing
     settled, claimed = engine.settle_and_claim(daemon, outcomes, 4, [noop_type.pk], start=4,
                                               limited=limited)
@@ -230,12 +236,7 @@ def test_the_plan_kept_for_the_daemons_round_reads_each_row_by_its_key(
 @pytest.mark.parametrize("statistics", ["never analyzed", "fresh"])
 def test_the_next_due_time_is_read_by_probes_of_the_claim_index(
         postgres_only, noop_type, statistics):
-    _enqueue(WAITING)
-    if statistics == "never analyzed":
-        _forget_statistics()
-    else:
-        with connection.cursor() as cursor:
-            cursor.execute("ANALYZE atp_task")
+    _waiting_with(statistics)
     with connection.cursor() as cursor:
         postgresql.execute_claim(cursor, f"EXPLAIN (FORMAT JSON) {postgresql.NEXT_DUE}",
                                  {"types": [noop_type.pk], "within": 1.0})

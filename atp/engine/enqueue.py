@@ -97,7 +97,7 @@ def _enqueue(type_identifier, entries, priority, schedule):
     if fast is None or conf.MAX_QUEUED_TOTAL is not None:
         task_type = get_type(type_identifier)
         encoded = [(identifier, _dump(inputs, task_type)) for identifier, inputs in entries]
-        return _insert_within_depth(task_type, encoded, priority, schedule)
+        return _insert(task_type, encoded, priority, schedule)
     key = type_identifier.identifier if isinstance(type_identifier, Type) else type_identifier
     for attempt in range(3):
         task_type = _types.get(key) if attempt == 0 else None
@@ -114,7 +114,7 @@ def _enqueue(type_identifier, entries, priority, schedule):
             task_type = _types[key] = get_type(key)  # as it is now: the limit may be gone
             if task_type.max_queued is not None:
                 encoded = [(identifier, _dump(inputs, task_type)) for identifier, inputs in entries]
-                return _insert_within_depth(task_type, encoded, priority, schedule)
+                return _insert(task_type, encoded, priority, schedule)
         instances = _write(fast, task_type, encoded, priority, schedule)
         if instances is not None:
             return instances
@@ -182,15 +182,16 @@ def _duplicate(task_type, encoded):
 DEPTH_LOCK = 0x61747071  # "atpq"
 
 
-@queue_write
-def _insert_within_depth(task_type, entries, priority, schedule):
-    """Insert as ``_insert`` does once the queue has room for ``entries``: counted under
-    a lock that serialises the counting enqueues (of the type, or of all types with
-    ``ATP_MAX_QUEUED_TOTAL``); raise ``QueueFull`` otherwise. SQLite serialises every
-    writer anyway; elsewhere the type's row is locked (the total is then approximate)."""
+def _check_depth(task_type, count):
+    """Raise ``QueueFull`` unless the queue has room for ``count`` more tasks of
+    ``task_type`` (its ``max_queued``, ``ATP_MAX_QUEUED_TOTAL``); nothing to do without
+    either. Counted under a lock that serialises the counting enqueues (of the type, or
+    of all types with ``ATP_MAX_QUEUED_TOTAL``) until the transaction ends: SQLite
+    serialises every writer anyway; elsewhere the type's row is locked (the total is
+    then approximate)."""
     total, most = conf.MAX_QUEUED_TOTAL, task_type.max_queued
     if total is None and most is None:
-        return _insert(task_type, entries, priority, schedule)
+        return
     connection = connections[database()]
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
@@ -200,21 +201,21 @@ def _insert_within_depth(task_type, entries, priority, schedule):
         list(for_update(Type.objects.filter(pk=task_type.pk)).values_list("pk"))
     if most is not None:
         depth = Task.objects.filter(type=task_type).count()
-        if depth + len(entries) > most:
+        if depth + count > most:
             raise QueueFull(
                 f"the queue of task type {task_type.identifier!r} holds {depth:,} tasks and "
-                f"takes at most {most:,} (max_queued): {len(entries):,} more do not fit")
+                f"takes at most {most:,} (max_queued): {count:,} more do not fit")
     if total is not None:
         depth = Task.objects.count()
-        if depth + len(entries) > total:
+        if depth + count > total:
             raise QueueFull(
                 f"the queue holds {depth:,} tasks and takes at most {total:,} "
-                f"(ATP_MAX_QUEUED_TOTAL): {len(entries):,} more do not fit")
-    return _insert(task_type, entries, priority, schedule)
+                f"(ATP_MAX_QUEUED_TOTAL): {count:,} more do not fit")
 
 
 @queue_write
 def _insert(task_type, entries, priority, schedule):
+    _check_depth(task_type, len(entries))
     now = database_now(database())
     not_before = schedule if isinstance(schedule, datetime.datetime) else now + schedule
     instances = Instance.objects.bulk_create(

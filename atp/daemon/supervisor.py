@@ -109,8 +109,9 @@ class Supervisor:
         self.heartbeats = Every(conf.HEARTBEAT_INTERVAL_SECONDS)
         self.controls = Every(CONTROL_INTERVAL_SECONDS)
         self.polls = Every(config.poll_interval)
-        # When the first task waiting for its time becomes runnable (monotonic), as the
-        # last claim that left workers idle found it; None: none waits.
+        # When the first task waiting for its time becomes runnable (monotonic), if before
+        # the next poll, as found after the last claim that took all that was runnable;
+        # None: none that soon.
         self.next_due = None
         self.maintenance = Every(conf.HEARTBEAT_INTERVAL_SECONDS)
 

@@ -206,13 +206,13 @@ def fail_or_retry(instance, message="", *, attempt, daemon=None, countdown=None)
     wait = (datetime.timedelta(seconds=countdown) if countdown is not None
             else policy.backoff(number))
     due = now + wait
-    message = (f"{message}\nretry {number} ({policy.describe()}) due at "
-               f"{due.isoformat(timespec='milliseconds')}, in {wait.total_seconds():g} s").strip()
+    retry = f"retry {number} ({policy.describe()})"
     Instance.objects.filter(pk=pk).update(retries=F("retries") + 1)
     if locked.status == Status.PAUSED:
-        message = (f"{message.rsplit(chr(10), 1)[0]}\nretry {number} ({policy.describe()}) "
-                   "when the task is resumed").strip()
+        message = f"{message}\n{retry} when the task is resumed".strip()
         return hold(locked, attempt, message, daemon=daemon, spends_restart=False)
+    message = (f"{message}\n{retry} due at {due.isoformat(timespec='milliseconds')}, "
+               f"in {wait.total_seconds():g} s").strip()
     release_lease(pk)
     queue_row(pk).update(not_before=due)
     attempt = move(pk, Status.ACCEPTED, sources=set(IN_FLIGHT), attempt=attempt,

@@ -57,6 +57,20 @@ class Type(models.Model):
         help_text="At most this many tasks of the type in the queue (waiting or running); "
         "enqueue raises QueueFull beyond it. Empty for no limit.",
     )
+    # Flow control (atp.rates): a token bucket the claims of every daemon share.
+    rate = models.FloatField(
+        null=True, blank=True,
+        help_text="At most this many tasks started per second, on average, across all "
+        "daemons (the API also takes \"5/s\", \"20/m\"); empty for no limit.",
+    )
+    bucket_size = models.PositiveIntegerField(
+        null=True, blank=True,
+        help_text="How many tasks may start at once after a quiet spell (the token "
+        "bucket's size); empty for 5. Only with a rate.",
+    )
+    # The bucket as the last claim left it: ``tokens`` at ``tokens_at`` (None: full).
+    tokens = models.FloatField(null=True, blank=True, editable=False)
+    tokens_at = models.DateTimeField(null=True, blank=True, editable=False)
     # The retry policy of handler failures (atp.retry): none unless a limit is set.
     retry_limit = models.PositiveIntegerField(
         null=True, blank=True,

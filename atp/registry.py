@@ -21,6 +21,7 @@ from django.utils.module_loading import autodiscover_modules
 
 from atp.conf import conf
 from atp.exceptions import InvalidHandler, InvalidParameter
+from atp.rates import parse_rate
 from atp.serialization import InputFormat, check_pickle_enabled, check_text
 
 #: Module looked for in every installed app for ``@task_type`` declarations.
@@ -226,6 +227,9 @@ TYPE_PARAMETERS = {
     "input_format": _input_format,
     "description": _text,
     "max_queued": functools.partial(_count, minimum=1, maximum=2**31 - 1, allow_none=True),
+    # Flow control (atp.rates): starts a second, and the token bucket's size.
+    "rate": parse_rate,
+    "bucket_size": functools.partial(_count, minimum=1, maximum=2**31 - 1, allow_none=True),
     # The retry policy of handler failures (atp.retry).
     "retry_limit": functools.partial(_count, minimum=0, maximum=2**31 - 1, allow_none=True),
     "age_limit": functools.partial(_duration, allow_none=True),

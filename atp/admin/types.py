@@ -12,21 +12,38 @@ from atp.admin.keys import NumericKeys
 from atp.admin.paginators import no_facets
 from atp.exceptions import InvalidParameter, TaskTypeInUse, TaskTypeNotFound
 from atp.models import Task, Type
+from atp.rates import format_rate, parse_rate
 from atp.states import LIVE
 from atp.templatetags.atp import status_badge
 
 #: What an operator may change on a type's page; the rest comes from code.
-TUNABLE = ["description", "timeout", "max_restarts", "retention", "max_concurrency",
-           "max_input_bytes", "max_response_bytes", "max_queued", "retry_limit", "age_limit", "min_backoff",
-           "max_backoff", "max_doublings", "retry_jitter"]
+TUNABLE = ["description", "timeout", "max_restarts", "retention", "max_concurrency", "rate",
+           "bucket_size", "max_input_bytes", "max_response_bytes", "max_queued", "retry_limit",
+           "age_limit", "min_backoff", "max_backoff", "max_doublings", "retry_jitter"]
 
 
 class TypeForm(forms.ModelForm):
     """Checks the tuned parameters as ``register_task_type`` would."""
 
+    rate = forms.CharField(
+        required=False, help_text=Type._meta.get_field("rate").help_text.replace(
+            "per second, on average", "on average, per second (\"5/s\"), minute (\"20/m\"), "
+            "hour or day").replace(' (the API also takes "5/s", "20/m")', ""))
+
     class Meta:
         model = Type
         fields = TUNABLE
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.initial["rate"] = format_rate(self.instance.rate)
+
+    def clean_rate(self):
+        given = self.cleaned_data["rate"].strip()
+        try:
+            return parse_rate("rate", given) if given else None
+        except InvalidParameter as exc:
+            raise forms.ValidationError(str(exc)) from None
 
     def clean(self):
         cleaned = super().clean()
@@ -36,6 +53,9 @@ class TypeForm(forms.ModelForm):
                     registry.clean_type_parameters({name: cleaned[name]})
                 except InvalidParameter as exc:
                     self.add_error(name, str(exc))
+        if cleaned.get("bucket_size") is not None and cleaned.get("rate") is None:
+            self.add_error("bucket_size", "A bucket size needs a rate: it is the size of the "
+                                          "rate's bucket.")
         return cleaned
 
 
@@ -43,7 +63,7 @@ class TypeForm(forms.ModelForm):
 @admin.register(Type)
 class TypeAdmin(NumericKeys, admin.ModelAdmin):
     list_display = ["identifier", "handler", "timeout", "max_restarts", "retention",
-                    "max_concurrency", "is_paused", "live_tasks", "run_by"]
+                    "max_concurrency", "rate_shown", "is_paused", "live_tasks", "run_by"]
     list_filter = ["is_paused", "input_format"]
     search_fields = ["identifier", "handler"]
     actions = ["pause_types", "resume_types", "purge_types", "unregister_types"]
@@ -53,13 +73,18 @@ class TypeAdmin(NumericKeys, admin.ModelAdmin):
     readonly_fields = ["identifier", "handler", "input_format", "is_paused",
                        "live_by_state", "run_by", "created", "updated"]
     fields = ["identifier", "handler", "input_format", "description", "timeout",
-              "max_restarts", "retention", "max_concurrency", "max_input_bytes",
+              "max_restarts", "retention", "max_concurrency", "rate", "bucket_size",
+              "max_input_bytes",
               "max_response_bytes", "max_queued", "retry_limit", "age_limit", "min_backoff", "max_backoff",
               "max_doublings", "retry_jitter", "is_paused", "live_by_state", "run_by", "created",
               "updated"]
 
     class Media:
         css = {"all": ["atp/atp.css"]}
+
+    @admin.display(description="rate", ordering="rate")
+    def rate_shown(self, task_type):
+        return format_rate(task_type.rate) or "-"
 
     def has_add_permission(self, request):
         return False  # types are registered in code

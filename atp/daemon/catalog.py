@@ -29,7 +29,8 @@ class Catalog:
         self.only = set(only) if only else None
         self.runnable = {}  # identifier -> (type id, handler path)
         self.refused = {}  # identifier -> why, as last logged
-        self.has_limits = False  # whether a type it runs has a concurrency limit
+        self.has_limits = False  # whether a type it runs has a concurrency limit or a rate
+        self.has_rates = False  # whether a type it runs has a rate
 
     def identifiers(self):
         """Return the identifiers of the types this daemon runs, sorted."""
@@ -48,16 +49,17 @@ class Catalog:
         With ``may_import`` (at start, before forking) handlers' modules are imported;
         later, only modules already loaded are looked into.
         """
-        runnable, refused, has_limits = {}, {}, False
-        for type_id, identifier, handler, input_format, limit in Type.objects.values_list(
-            "pk", "identifier", "handler", "input_format", "max_concurrency"
+        runnable, refused, has_limits, has_rates = {}, {}, False, False
+        for type_id, identifier, handler, input_format, limit, rate in Type.objects.values_list(
+            "pk", "identifier", "handler", "input_format", "max_concurrency", "rate"
         ):
             if self.only is not None and identifier not in self.only:
                 continue
             reason = _why_not(handler, input_format, may_import)
             if reason is None:
                 runnable[identifier] = (type_id, handler)
-                has_limits = has_limits or limit is not None
+                has_limits = has_limits or limit is not None or rate is not None
+                has_rates = has_rates or rate is not None
             else:
                 refused[identifier] = reason
         for identifier in (self.only or set()) - runnable.keys() - refused.keys():
@@ -69,7 +71,8 @@ class Catalog:
         for identifier in runnable.keys() & self.refused.keys():
             logger.info("atpd runs type %s now", identifier)
         changed = runnable != self.runnable
-        self.runnable, self.refused, self.has_limits = runnable, refused, has_limits
+        self.runnable, self.refused = runnable, refused
+        self.has_limits, self.has_rates = has_limits, has_rates
         return changed
 
 

@@ -482,13 +482,15 @@ class Supervisor:
 
     def _look_for_next_due(self):
         """After a claim that took all that was runnable, note when the first task waiting
-        for its time (an ``eta``, a retry's backoff) becomes runnable, if before the next
-        poll: the daemon claims then, if it has room. A new delayed task is found at the
+        for its time (an ``eta``, a retry's backoff) becomes runnable, or the next token
+        of a type with a rate and runnable tasks comes, if before the next poll: the
+        daemon claims then, if it has room. A new delayed task is found at the
         next poll at the latest (enqueues of delayed tasks do not wake daemons)."""
         self.next_due = None
         if self.should_claim or self.drain_deadline is not None:
             return
-        seconds = engine.next_due(self.catalog.type_ids(), self.config.poll_interval)
+        seconds = engine.next_due(self.catalog.type_ids(), self.config.poll_interval,
+                                  rates=self.catalog.has_rates)
         if seconds is not None:
             self.next_due = time.monotonic() + seconds
 

@@ -12,8 +12,10 @@ A queue row that does not match its task (see ``atp.invariants``) is repaired an
 skipped, never allowed to fail the whole batch.
 """
 
+import collections
 import datetime
 import logging
+import math
 
 from django.db import connections
 from django.db.models import Count, F, OuterRef, Subquery
@@ -31,6 +33,7 @@ from atp.engine.sql import CLAIM_INDEX, check_start
 from atp.engine.transitions import move, write_history
 from atp.exceptions import DaemonStopped, InvalidParameter, TaskTypeNotFound
 from atp.models import Daemon, Instance, LogRecord, Task, Type
+from atp.rates import seconds_to_token, tokens_now
 from atp.states import IN_FLIGHT, TERMINAL, Status
 
 logger = logging.getLogger(__name__)
@@ -77,8 +80,7 @@ def claim_for_daemon(daemon, limit, type_ids, *, start=0, limited=False):
                                  limited=limited)
     if claimed is not None:
         return claimed
-    limits = dict(Type.objects.filter(pk__in=type_ids, is_paused=False)
-                  .values_list("pk", "max_concurrency"))
+    limits = _limited(Type.objects.filter(pk__in=type_ids, is_paused=False))
     if not limits:
         return []
     return _claim_with_locks(daemon, limit, limits, start, inputs=True)
@@ -111,14 +113,25 @@ def settle_and_claim(daemon, outcomes, limit, type_ids, *, start, limited=False)
     return settled, instances
 
 
-def next_due(type_ids, within):
+def next_due(type_ids, within, *, rates=False):
     """Return in how many seconds the first task of ``type_ids`` waiting for its time
     (an ``eta``, a ``countdown``, a retry's backoff) becomes runnable, if it does within
     ``within`` seconds, else None: an idle daemon sleeps until then rather than until
-    its next poll. Unleased, unpaused tasks only; paused types are left to the claim."""
+    its next poll. Unleased, unpaused tasks only; paused types are left to the claim.
+    With ``rates`` (a type among them has a ``rate``), also when the bucket of a type
+    with runnable tasks waiting next holds a token."""
     type_ids = list(type_ids)
     if not type_ids:
         return None
+    due = _next_due(type_ids, within)
+    if rates:
+        token = _next_token(type_ids)
+        if token is not None and token < within:
+            due = token if due is None else min(due, token)
+    return due
+
+
+def _next_due(type_ids, within):
     fast = engine()
     if fast is not None:
         return fast.next_due(type_ids, within)
@@ -132,8 +145,28 @@ def next_due(type_ids, within):
     return max(0.0, (first - database_now(database())).total_seconds())
 
 
+def _next_token(type_ids):
+    """Return in how many seconds the first bucket of ``type_ids``'s rate-limited types that
+    is empty while tasks of its type are runnable holds a token again (None: none such)."""
+    buckets = list(Type.objects.filter(pk__in=type_ids, is_paused=False, rate__isnull=False)
+                   .values_list("pk", "rate", "bucket_size", "tokens", "tokens_at"))
+    if not buckets:
+        return None
+    now = database_now(database())
+    waits = {}
+    for type_id, rate, size, tokens, tokens_at in buckets:
+        tokens = tokens_now(rate, size, tokens, tokens_at, now)
+        if tokens < 1:
+            waits[type_id] = seconds_to_token(rate, tokens)
+    runnable = set(Task.objects.filter(
+        type_id__in=waits, daemon__isnull=True, paused_since__isnull=True,
+        not_before__lte=Now()).values_list("type_id", flat=True).distinct()) if waits else ()
+    return min((waits[type_id] for type_id in runnable), default=None)
+
+
 def claimable_types(types=None):
-    """Return ``{type id: max_concurrency}`` of unpaused types, among ``types`` when given."""
+    """Return ``{type id: whether it is limited}`` of unpaused types, among ``types`` when
+    given (limited: it has a ``max_concurrency`` or a ``rate``)."""
     rows = Type.objects.filter(is_paused=False)
     if types is not None:
         types = [registry.clean_type_identifier(identifier) for identifier in types]
@@ -142,7 +175,13 @@ def claimable_types(types=None):
         if unknown:
             raise TaskTypeNotFound(f"no task type {', '.join(map(repr, unknown))} is registered")
         rows = rows.filter(identifier__in=types)
-    return dict(rows.values_list("pk", "max_concurrency"))
+    return _limited(rows)
+
+
+def _limited(types):
+    """Return ``{type id: whether it is limited}`` of the ``Type`` rows ``types``."""
+    return {pk: most is not None or rate is not None
+            for pk, most, rate in types.values_list("pk", "max_concurrency", "rate")}
 
 
 def runnable_tasks(type_ids):
@@ -157,7 +196,7 @@ def runnable_tasks(type_ids):
 
 
 def _claim(daemon, limit, limits):
-    limited = any(most is not None for most in limits.values())
+    limited = any(limits.values())
     claimed = _claim_with_engine(daemon, limit, list(limits), limited=limited)
     if claimed is not None:
         return claimed
@@ -212,30 +251,54 @@ def _lock_daemon(daemon):
 
 
 def _free_slots(limits):
-    """Return how many more tasks each type with a concurrency limit may have running."""
-    limited = [type_id for type_id, limit in limits.items() if limit is not None]
+    """Return ``(free, buckets)``: how many more tasks each limited type may start (its
+    ``max_concurrency`` less what runs, and the whole tokens in its bucket), and the
+    tokens in the bucket of each type with a rate, as of now (``atp.rates``)."""
+    limited = [type_id for type_id, is_limited in limits.items() if is_limited]
     if not limited:
-        return {}
+        return {}, {}
     # Locking the limited types' rows serialises the claims of those types across
-    # daemons, so two daemons cannot both count the last free slot.
+    # daemons, so two daemons cannot both count the last free slot, or token; what is
+    # read under the lock is the type as it is now.
     # (FOR NO KEY UPDATE where there is one: an enqueue's foreign key does not wait.)
     no_key = connections[database()].features.has_select_for_no_key_update
-    list(Type.objects.select_for_update(no_key=no_key).filter(pk__in=limited)
-         .order_by("pk").values_list("pk"))  # in key order, as the engines lock them
+    rows = list(Type.objects.select_for_update(no_key=no_key).filter(pk__in=limited)
+                .order_by("pk")  # in key order, as the engines lock them
+                .values_list("pk", "max_concurrency", "rate", "bucket_size", "tokens",
+                             "tokens_at"))
     # What runs is what holds a lease: a task an operator ended or re-enqueued keeps
     # its lease until its worker is stopped, and counts until then.
     leased = dict(
         Task.objects.filter(type_id__in=limited, daemon__isnull=False)
         .values("type_id").annotate(count=Count("pk")).values_list("type_id", "count")
     )
-    return {type_id: limits[type_id] - leased.get(type_id, 0) for type_id in limited}
+    now = database_now(database()) if any(row[2] is not None for row in rows) else None
+    free, buckets = {}, {}
+    for type_id, most, rate, size, tokens, tokens_at in rows:
+        slots = []
+        if most is not None:
+            slots.append(most - leased.get(type_id, 0))
+        if rate is not None:
+            buckets[type_id] = tokens_now(rate, size, tokens, tokens_at, now)
+            slots.append(math.floor(buckets[type_id]))
+        free[type_id] = min(slots, default=0)  # none: it is limited no more, wait a round
+    return free, buckets
+
+
+def _spend_tokens(buckets, claimed_types):
+    """Take a token from each bucket (``_free_slots``) per task of its type claimed."""
+    spent = collections.Counter(claimed_types)
+    now = database_now(database())
+    for type_id, tokens in buckets.items():
+        Type.objects.filter(pk=type_id).update(tokens=tokens - spent[type_id], tokens_at=now)
 
 
 def _take(limit, limits):
-    """Return the keys of up to ``limit`` runnable tasks, in claim order, within limits."""
-    free = _free_slots(limits)
+    """Return ``(keys of up to limit runnable tasks in claim order, within limits,
+    their types, the buckets of the types with a rate)``."""
+    free, buckets = _free_slots(limits)
     eligible = {type_id for type_id in limits if free.get(type_id, 1) > 0}
-    taken = []
+    taken, types = [], {}
     while eligible and len(taken) < limit:
         wanted = limit - len(taken)
         rows = _runnable_keys(eligible, taken, wanted)
@@ -247,9 +310,10 @@ def _take(limit, limits):
                 if free[type_id] == 0:
                     eligible.discard(type_id)
             taken.append(pk)
+            types[pk] = type_id
         if len(rows) < wanted:
             break
-    return taken
+    return taken, types, buckets
 
 
 def _runnable_keys(type_ids, taken, limit):
@@ -285,12 +349,14 @@ def runnable_keys_statement(type_ids, taken, limit):
 
 def _claim_with_orm(daemon, limit, limits):
     """Claim with the ORM; return ``(instances in claim order, keys of stray rows)``."""
-    pks = _take(limit, limits)
+    pks, types, buckets = _take(limit, limits)
     if not pks:
         return [], []
     states = dict(for_update(Instance.objects.filter(pk__in=pks)).values_list("pk", "status"))
     good = [pk for pk in pks if states.get(pk) == Status.ACCEPTED]
     strays = [pk for pk in pks if states.get(pk) != Status.ACCEPTED]
+    if buckets:
+        _spend_tokens(buckets, [types[pk] for pk in good])
     if not good:
         return [], strays
     timeout = Subquery(Type.objects.filter(pk=OuterRef("type_id")).values("timeout")[:1])

@@ -8,7 +8,7 @@ gave up but has not committed, and acts on the old row.
 The one order, in every transaction that locks more than one of them:
 
 1. the daemon's registry row (a claim, a reaper declaring a daemon stopped);
-2. the task types' rows (a claim of types with ``max_concurrency``);
+2. the task types' rows (a claim of types with ``max_concurrency`` or ``rate``);
 3. the task's queue row (``Task``);
 4. the task (``Instance``).
 

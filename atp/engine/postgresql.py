@@ -35,6 +35,7 @@ from atp.engine.sql import (
 from atp.engine.transitions import refusal
 from atp.exceptions import DaemonStopped
 from atp.models import Daemon, Inputs, Instance, LogRecord, Task, Type
+from atp.rates import DEFAULT_BUCKET_SIZE
 from atp.serialization import encode_response
 from atp.states import Status, sources_of
 
@@ -54,21 +55,27 @@ ONE_STATEMENT = True
 # its key comes back in ``strays`` for repair.
 #
 # ``picked`` differs with the types' limits. Without a limit, the claim walks the claim
-# index for all its types at once. When one of them has a concurrency limit, that
-# claim takes nothing and says so (``limited``), and the claim within limits serves:
+# index for all its types at once. When one of them has a concurrency limit or a rate
+# (``is_limited``), that claim takes nothing and says so (``limited``), and the claim
+# within limits serves:
 # it runs after ``LOCK_LIMITED`` in the same transaction, a statement of its own so
 # that it reads the leases after the types' locks are held (a single statement would
 # count them as they were when it began, before another claim of the same types
 # committed). It takes at most the free slots of each limited type (its
 # ``max_concurrency`` less its leases, less none for the leases this statement itself
-# ends: ``released``), walking the claim index once per limited type and once for the
-# others, and keeps the first ``limit`` in claim order. A type the locks did not take
+# ends: ``released``), and of a type with a rate at most the whole tokens in its
+# bucket (``atp.rates``: refilled since the last claim, ``bucket``), walking the claim
+# index once per limited type and once for the others, and keeps the first ``limit``
+# in claim order. The same statement takes a token per task leased (``spent``). A
+# type the locks did not take
 # (it was not limited, or paused, when they were taken, and is now) gets no slot this
 # round: its leases were counted without its lock (``atp.locked_types``, set by
 # ``LOCK_LIMITED`` for the transaction).
 _KINDS_AND_ALIVE = f"""
 kinds AS (
-    SELECT id, max_concurrency FROM {TYPE} WHERE id = ANY(%(types)s::bigint[]) AND NOT is_paused
+    SELECT id, max_concurrency, rate, bucket_size, tokens, tokens_at,
+        (max_concurrency IS NOT NULL OR rate IS NOT NULL) AS is_limited
+    FROM {TYPE} WHERE id = ANY(%(types)s::bigint[]) AND NOT is_paused
 ), alive AS (
     SELECT id FROM {DAEMON} WHERE id = %(daemon)s AND stopped IS NULL FOR KEY SHARE
 ),"""
@@ -78,7 +85,7 @@ _WAITING = f"""FROM {TASK}
 _CLAIM_ORDER = "ORDER BY priority DESC, not_before, instance_id"
 _PICKED = f"""
 limited AS (
-    SELECT 1 FROM kinds WHERE max_concurrency IS NOT NULL LIMIT 1
+    SELECT 1 FROM kinds WHERE is_limited LIMIT 1
 ), picked AS (
     SELECT instance_id, priority, not_before {_WAITING}
         AND type_id = ANY(ARRAY(SELECT id FROM kinds)) AND NOT EXISTS (SELECT 1 FROM limited)
@@ -91,21 +98,31 @@ def _picked_within_limits(released):
     """Return ``limited`` (always empty) and ``picked`` of the claim within limits;
     ``released`` is a relation of the types of the leases the statement ends, or None."""
     ended = "" if released is None else (
-        f"+ (SELECT count(*) FROM {released} r WHERE r.type_id = k.id)")
+        f"+ (SELECT count(*) FROM {released} r WHERE r.type_id = b.id)")
     return f"""
 limited AS (
     SELECT 1 WHERE false
+), bucket AS (
+    SELECT k.*, k.id = ANY(
+            string_to_array(current_setting('atp.locked_types', true), ',')::bigint[]) AS locked,
+        CASE WHEN k.rate IS NULL THEN NULL WHEN k.tokens IS NULL OR k.tokens_at IS NULL
+            THEN coalesce(k.bucket_size, {DEFAULT_BUCKET_SIZE})
+        ELSE LEAST(coalesce(k.bucket_size, {DEFAULT_BUCKET_SIZE}), k.tokens + k.rate * GREATEST(0,
+            EXTRACT(EPOCH FROM STATEMENT_TIMESTAMP() - k.tokens_at)))
+        END AS tokens_now
+    FROM kinds k WHERE k.is_limited
 ), quota AS (
-    SELECT k.id, CASE WHEN k.id = ANY(
-            string_to_array(current_setting('atp.locked_types', true), ',')::bigint[])
-        THEN GREATEST(0, LEAST(%(limit)s, k.max_concurrency - (
-            SELECT count(*) FROM {TASK} l WHERE l.type_id = k.id AND l.daemon_id IS NOT NULL)
-            {ended}))
+    SELECT b.id, CASE WHEN b.locked
+        THEN GREATEST(0, LEAST(%(limit)s,
+            coalesce(b.max_concurrency - (
+                SELECT count(*) FROM {TASK} l WHERE l.type_id = b.id AND l.daemon_id IS NOT NULL)
+                {ended}, %(limit)s),
+            coalesce(floor(b.tokens_now)::bigint, %(limit)s)))
         ELSE 0 END AS free
-    FROM kinds k WHERE k.max_concurrency IS NOT NULL
+    FROM bucket b
 ), unlimited AS (
     SELECT instance_id, priority, not_before {_WAITING}
-        AND type_id = ANY(ARRAY(SELECT id FROM kinds WHERE max_concurrency IS NULL))
+        AND type_id = ANY(ARRAY(SELECT id FROM kinds WHERE NOT is_limited))
     {_CLAIM_ORDER} LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ), within AS (
@@ -121,7 +138,15 @@ limited AS (
 ),"""
 
 
-def _claim_steps(picked):
+def _claim_steps(picked, *, spends=False):
+    """Return the claim's steps after ``picked``; with ``spends``, a last step takes a token
+    from the bucket of each rate-limited type locked (``bucket``) per task it leased."""
+    spent = "" if not spends else f""", spent AS (
+    UPDATE {TYPE} ty SET tokens = b.tokens_now - (
+            SELECT count(*) FROM leased l WHERE l.type_id = b.id),
+        tokens_at = GREATEST(STATEMENT_TIMESTAMP(), coalesce(b.tokens_at, STATEMENT_TIMESTAMP()))
+    FROM bucket b WHERE ty.id = b.id AND b.locked AND b.rate IS NOT NULL
+)"""
     return f"""{_KINDS_AND_ALIVE}{picked}
 ranked AS (
     SELECT instance_id, row_number() OVER ({_CLAIM_ORDER}) <= %(start)s AS starts
@@ -137,7 +162,7 @@ ranked AS (
     UPDATE {TASK} t SET daemon_id = %(daemon)s, claimed = STATEMENT_TIMESTAMP(),
         deadline = STATEMENT_TIMESTAMP() + ty.timeout
     FROM scheduled s, {TYPE} ty WHERE t.instance_id = s.id AND ty.id = t.type_id
-    RETURNING t.instance_id, t.priority, t.not_before
+    RETURNING t.instance_id, t.priority, t.not_before, t.type_id
 ), logged AS (
     {LOG_COLUMNS}
     SELECT id, STATEMENT_TIMESTAMP(), '{Status.SCHEDULED}', attempt, '', %(label)s, ''
@@ -145,7 +170,7 @@ ranked AS (
     UNION ALL
     SELECT id, STATEMENT_TIMESTAMP(), '{Status.RUNNING}', attempt, '', %(label)s, ''
     FROM scheduled WHERE status = '{Status.RUNNING}'
-)
+){spent}
 """
 
 
@@ -171,7 +196,7 @@ ORDER BY l.priority DESC, l.not_before, s.id
 
 
 CLAIM = f"WITH {CLAIM_STEPS}\n{_claim_result('NULL::bigint[]')}"
-CLAIM_WITHIN_LIMITS = (f"WITH {_claim_steps(_picked_within_limits(None))}\n"
+CLAIM_WITHIN_LIMITS = (f"WITH {_claim_steps(_picked_within_limits(None), spends=True)}\n"
                        f"{_claim_result('NULL::bigint[]')}")
 
 
@@ -199,8 +224,8 @@ WITH alive AS (
     SELECT id FROM {DAEMON} WHERE id = %(daemon)s AND stopped IS NULL FOR KEY SHARE
 ), locked AS (
     SELECT id FROM {TYPE}
-    WHERE id = ANY(%(types)s::bigint[]) AND max_concurrency IS NOT NULL AND NOT is_paused
-        AND EXISTS (SELECT 1 FROM alive)
+    WHERE id = ANY(%(types)s::bigint[]) AND NOT is_paused
+        AND (max_concurrency IS NOT NULL OR rate IS NOT NULL) AND EXISTS (SELECT 1 FROM alive)
     ORDER BY id FOR NO KEY UPDATE
 )
 {CLAIM_PLAN},
@@ -552,7 +577,7 @@ SETTLE_AND_CLAIM = (f"WITH {SETTLE_STEPS},\n{CLAIM_STEPS}\n"
 # leases reads them as they were before the statement.
 SETTLE_AND_CLAIM_WITHIN_LIMITS = (
     f"WITH {SETTLE_STEPS},\n"
-    f"{_claim_steps(_picked_within_limits(RELEASED))}\n"
+    f"{_claim_steps(_picked_within_limits(RELEASED), spends=True)}\n"
     f"{_claim_result('(SELECT array_agg(id) FROM ended)')}")
 
 

@@ -13,7 +13,9 @@ On SQLite the database clock is this host's clock (the library runs in this proc
 so one reading of it (``timezone.now()``) serves every timestamp a verb writes.
 """
 
+import collections
 import datetime
+import math
 import sqlite3
 
 from django.db import connections
@@ -40,6 +42,7 @@ from atp.engine.sql import (
 from atp.engine.transitions import refusal
 from atp.exceptions import DaemonStopped
 from atp.models import Daemon, Inputs, Instance, LogRecord, Task, Type
+from atp.rates import tokens_now
 from atp.serialization import encode_response
 from atp.states import Status, sources_of
 
@@ -141,7 +144,9 @@ def claim(daemon, limit, type_ids, start=0, inputs=False, limited=False):
         types = {row[0]: build(Type, row) for row in cursor.fetchall()}
         if not types:
             return [], []
-        waiting = _waiting(cursor, types, now, limit)
+        buckets = {pk: tokens_now(kind.rate, kind.bucket_size, kind.tokens, kind.tokens_at, moment)
+                   for pk, kind in types.items() if kind.rate is not None}
+        waiting = _waiting(cursor, types, now, limit, buckets)
         if waiting is None:  # every type is at its limit
             return [], []
         cursor.execute(*waiting)
@@ -174,23 +179,39 @@ def claim(daemon, limit, type_ids, start=0, inputs=False, limited=False):
             loaded = {row.instance_id: row for row in map(_inputs, cursor.fetchall())}
             for instance in claimed:
                 instance.inputs = loaded[instance.pk]
+        if buckets:
+            spent = collections.Counter(instance.type_id for instance in claimed)
+            cursor.executemany(SPEND, [(tokens - spent[pk], now, pk)
+                                       for pk, tokens in buckets.items()])
     return claimed, [pk for pk in keys if pk not in instances]
 
 
-def _waiting(cursor, types, now, limit):
+#: A type's bucket after a claim took tokens from it (``atp.rates``).
+SPEND = f"UPDATE {TYPE} SET tokens = %s, tokens_at = %s WHERE id = %s"
+
+
+def _waiting(cursor, types, now, limit, buckets):
     """Return the statement and parameters selecting the keys of up to ``limit`` runnable
-    tasks of ``types`` in claim order (None when there is no free slot), each type with a concurrency limit within its free
-    slots: its limit less its leases, counted in this transaction (which holds the write
-    lock, so no other claim can take a slot meanwhile)."""
+    tasks of ``types`` in claim order (None when there is no free slot), each type with a
+    concurrency limit within its free slots (its limit less its leases), and each with a
+    rate within the whole tokens of its bucket (``buckets``: type id -> tokens now),
+    counted in this transaction (which holds the write lock, so no other claim can take
+    a slot or a token meanwhile)."""
     limits = {pk: kind.max_concurrency for pk, kind in types.items()
               if kind.max_concurrency is not None}
-    if not limits:
+    if not (limits or buckets):
         return _waiting_statement(len(types)), [now, *types, limit]
-    cursor.execute(LEASES + _in("type_id", limits) + " GROUP BY type_id", list(limits))
-    leases = dict(cursor.fetchall())
-    free = {pk: min(limit, most - leases.get(pk, 0)) for pk, most in limits.items()}
+    leases = {}
+    if limits:
+        cursor.execute(LEASES + _in("type_id", limits) + " GROUP BY type_id", list(limits))
+        leases = dict(cursor.fetchall())
+    free = {pk: limit for pk in limits.keys() | buckets.keys()}
+    for pk, most in limits.items():
+        free[pk] = min(free[pk], most - leases.get(pk, 0))
+    for pk, tokens in buckets.items():
+        free[pk] = min(free[pk], math.floor(tokens))
     limited = [pk for pk, slots in free.items() if slots > 0]
-    unlimited = [pk for pk in types if pk not in limits]
+    unlimited = [pk for pk in types if pk not in free]
     params = [now, *unlimited, limit] if unlimited else []
     for pk in limited:
         params += [now, pk, free[pk]]

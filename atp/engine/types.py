@@ -39,7 +39,9 @@ def register_task_type(identifier, handler, **parameters):
 
 @queue_write
 def _save_type(identifier, handler_path, parameters):
-    _check_backoffs(for_update(Type.objects.filter(identifier=identifier)).first(), parameters)
+    stored = for_update(Type.objects.filter(identifier=identifier)).first()
+    _check_backoffs(stored, parameters)
+    parameters = _check_rate(stored, parameters)
     task_type, _ = Type.objects.update_or_create(
         identifier=identifier, defaults={"handler": handler_path, **parameters}
     )
@@ -53,6 +55,19 @@ def _check_backoffs(task_type, parameters):
     most = parameters.get("max_backoff", getattr(task_type, "max_backoff", DEFAULT_MAX_BACKOFF))
     if least > most:
         raise InvalidParameter(f"min_backoff ({least}) is longer than max_backoff ({most})")
+
+
+def _check_rate(task_type, parameters):
+    """Return ``parameters`` with a full bucket when they change the type's ``rate`` or
+    ``bucket_size``; raise ``InvalidParameter`` for a ``bucket_size`` without a rate (one
+    of the two given, the other as stored)."""
+    rate = parameters.get("rate", getattr(task_type, "rate", None))
+    size = parameters.get("bucket_size", getattr(task_type, "bucket_size", None))
+    if size is not None and rate is None:
+        raise InvalidParameter("bucket_size needs a rate: it is the size of the rate's bucket")
+    changed = any(name in parameters and parameters[name] != getattr(task_type, name, None)
+                  for name in ("rate", "bucket_size"))
+    return {**parameters, "tokens": None, "tokens_at": None} if changed else parameters
 
 
 def sync_declared_types():
@@ -106,7 +121,9 @@ def update_task_type(identifier, **parameters):
 def _update_type(identifier, parameters):
     task_type = find_type(identifier)
     if parameters:
-        _check_backoffs(for_update(Type.objects.filter(pk=task_type.pk)).get(), parameters)
+        stored = for_update(Type.objects.filter(pk=task_type.pk)).get()
+        _check_backoffs(stored, parameters)
+        parameters = _check_rate(stored, parameters)
         Type.objects.filter(pk=task_type.pk).update(**parameters, updated=timezone.now())
         # A longer time-out or a higher concurrency can let waiting tasks start.
         notify_runnable()

@@ -132,3 +132,32 @@ def test_only_who_may_change_tasks_may_purge(log_in, noop_type, django_user_mode
     queued = atp.enqueue("tests.noop")
     client.post("/admin/atp/type/", {"action": "purge_types", "_selected_action": [noop_type.pk]})
     assert Instance.objects.get(pk=queued.pk).status == Status.ACCEPTED
+
+
+def test_operators_set_a_rate_as_they_write_it(log_in, noop_type):
+    admin = log_in("superuser")
+    data = {"description": "", "timeout": "01:00:00", "max_restarts": "3", "retention": "",
+            "max_concurrency": "", **RETRIES}
+    response = admin.post(f"/admin/atp/type/{noop_type.pk}/change/",
+                          {**data, "rate": "20/m", "bucket_size": "2"})
+    assert response.status_code == 302
+    noop_type.refresh_from_db()
+    assert noop_type.rate == pytest.approx(1 / 3) and noop_type.bucket_size == 2
+    form = admin.get(f"/admin/atp/type/{noop_type.pk}/change/").content.decode()
+    assert 'name="rate" value="20/m"' in form
+    listed = admin.get("/admin/atp/type/").content.decode()
+    assert '<td class="field-rate_shown">20/m</td>' in listed
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"rate": "5 a second"}, "rate must be a number of starts per second"),
+    ({"rate": "", "bucket_size": "3"}, "A bucket size needs a rate"),
+])
+def test_a_bad_rate_is_refused_on_the_form(log_in, noop_type, changes, message):
+    admin = log_in("superuser")
+    data = {"description": "", "timeout": "01:00:00", "max_restarts": "3", "retention": "",
+            "max_concurrency": "", **RETRIES, **changes}
+    response = admin.post(f"/admin/atp/type/{noop_type.pk}/change/", data)
+    assert response.status_code == 200
+    assert message in response.content.decode()
+    assert Type.objects.get(pk=noop_type.pk).updated == noop_type.updated

@@ -18,6 +18,10 @@ from atp.serialization import TOKEN_END_CHARS, InputFormat, load_inputs, pickled
 from atp.states import IN_FLIGHT, LIVE, TERMINAL, Status
 
 IDENTIFIER_MAX_LENGTH = 255
+#: A task's identifier, its name (App Engine's limit).
+NAME_MAX_LENGTH = 500
+#: How long a task's name stays taken after its task ended, by default (App Engine's).
+DEFAULT_DEDUP_WINDOW = datetime.timedelta(days=9)
 STATUS_MAX_LENGTH = 10
 
 
@@ -71,6 +75,11 @@ class Type(models.Model):
     # The bucket as the last claim left it: ``tokens`` at ``tokens_at`` (None: full).
     tokens = models.FloatField(null=True, blank=True, editable=False)
     tokens_at = models.DateTimeField(null=True, blank=True, editable=False)
+    dedup_window = models.DurationField(
+        null=True, blank=True, default=DEFAULT_DEDUP_WINDOW,
+        help_text="How long the name of a named task stays taken after its task ended, "
+        "even once it is purged; empty: free as soon as it ended.",
+    )
     # The retry policy of handler failures (atp.retry): none unless a limit is set.
     retry_limit = models.PositiveIntegerField(
         null=True, blank=True,
@@ -163,7 +172,10 @@ class Instance(models.Model):
     type = models.ForeignKey(
         Type, on_delete=models.PROTECT, related_name="instances", db_index=False
     )
-    identifier = models.CharField(max_length=IDENTIFIER_MAX_LENGTH)
+    identifier = models.CharField(max_length=NAME_MAX_LENGTH)
+    named = models.BooleanField(
+        default=False, help_text="Its identifier was given by its enqueuer (a name), not drawn.",
+    )
     status = models.CharField(
         max_length=STATUS_MAX_LENGTH, choices=Status.choices, default=Status.ACCEPTED
     )
@@ -359,7 +371,7 @@ class Task(models.Model):
     # The type and identifier are copies of the instance's, for the claim filter and
     # the unique constraint; neither changes after enqueue.
     type = models.ForeignKey(Type, on_delete=models.PROTECT, related_name="+", db_index=False)
-    identifier = models.CharField(max_length=IDENTIFIER_MAX_LENGTH)
+    identifier = models.CharField(max_length=NAME_MAX_LENGTH)
     priority = models.SmallIntegerField(default=0)
     enqueued = models.DateTimeField()
     not_before = models.DateTimeField(help_text="Not claimed before this time.")
@@ -403,3 +415,21 @@ class Task(models.Model):
 
     def __str__(self):
         return f"queue entry of task #{self.instance_id}"
+
+
+class Tombstone(models.Model):
+    """The name of a named task deleted within its type's ``dedup_window`` after it ended:
+    the name stays taken until the window closes, then the tombstone is purged."""
+
+    type = models.ForeignKey(Type, on_delete=models.CASCADE, related_name="+", db_index=False)
+    identifier = models.CharField(max_length=NAME_MAX_LENGTH)
+    ended = models.DateTimeField(help_text="When its (latest) task of that name ended.")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["type", "identifier"], name="atp_tombstone_uniq"),
+        ]
+        indexes = [models.Index(fields=["ended"], name="atp_tombstone_ended_idx")]
+
+    def __str__(self):
+        return f"tombstone of {self.identifier}"

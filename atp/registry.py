@@ -227,6 +227,8 @@ TYPE_PARAMETERS = {
     "input_format": _input_format,
     "description": _text,
     "max_queued": functools.partial(_count, minimum=1, maximum=2**31 - 1, allow_none=True),
+    # How long a named task's name stays taken after its task ended.
+    "dedup_window": functools.partial(_duration, allow_none=True),
     # Flow control (atp.rates): starts a second, and the token bucket's size.
     "rate": parse_rate,
     "bucket_size": functools.partial(_count, minimum=1, maximum=2**31 - 1, allow_none=True),

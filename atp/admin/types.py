@@ -18,7 +18,8 @@ from atp.templatetags.atp import status_badge
 
 #: What an operator may change on a type's page; the rest comes from code.
 TUNABLE = ["description", "timeout", "max_restarts", "retention", "max_concurrency", "rate",
-           "bucket_size", "max_input_bytes", "max_response_bytes", "max_queued", "retry_limit",
+           "bucket_size", "max_input_bytes", "max_response_bytes", "max_queued", "dedup_window",
+           "retry_limit",
            "age_limit", "min_backoff", "max_backoff", "max_doublings", "retry_jitter"]
 
 
@@ -75,7 +76,7 @@ class TypeAdmin(NumericKeys, admin.ModelAdmin):
     fields = ["identifier", "handler", "input_format", "description", "timeout",
               "max_restarts", "retention", "max_concurrency", "rate", "bucket_size",
               "max_input_bytes",
-              "max_response_bytes", "max_queued", "retry_limit", "age_limit", "min_backoff", "max_backoff",
+              "max_response_bytes", "max_queued", "dedup_window", "retry_limit", "age_limit", "min_backoff", "max_backoff",
               "max_doublings", "retry_jitter", "is_paused", "live_by_state", "run_by", "created",
               "updated"]
 

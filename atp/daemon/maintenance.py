@@ -91,8 +91,11 @@ def _warn_of_a_twin(daemon, me):
 
 
 def purge_expired(max_batches=1):
-    """Delete a batch of ended tasks past their type's retention; return how many."""
-    return engine.purge_finished(max_batches=max_batches)
+    """Delete a batch of ended tasks past their type's retention, and one of tombstones
+    past their type's ``dedup_window``; return how many tasks."""
+    purged = engine.purge_finished(max_batches=max_batches)
+    engine.purge_tombstones(max_batches=max_batches)
+    return purged
 
 
 def tend_queue_table():

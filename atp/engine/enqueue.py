@@ -8,10 +8,12 @@ number of tasks with one statement per table.
 
 import copy
 import datetime
+import re
 import uuid
 
 from django.conf import settings
 from django.db import IntegrityError, connections, transaction
+from django.db.models import Max
 from django.db.models.base import ModelState
 from django.utils import timezone
 
@@ -29,10 +31,10 @@ from atp.exceptions import (
     TaskAlreadyExists,
     TaskTypeNotFound,
 )
-from atp.models import IDENTIFIER_MAX_LENGTH, Inputs, Instance, LogRecord, Task, Type
+from atp.models import NAME_MAX_LENGTH, Inputs, Instance, LogRecord, Task, Tombstone, Type
 from atp.registry import DURATION_MAX
-from atp.serialization import InputFormat, check_pickle_enabled, check_text, dump_inputs
-from atp.states import Status
+from atp.serialization import InputFormat, check_pickle_enabled, dump_inputs
+from atp.states import TERMINAL, Status
 
 PRIORITY_MIN, PRIORITY_MAX = -32768, 32767
 
@@ -41,16 +43,19 @@ def enqueue(type_identifier, inputs=None, *, identifier=None, priority=0, eta=No
             countdown=None):
     """Queue a task of type ``type_identifier`` with ``inputs``; return its ``Instance``.
 
-    ``identifier`` names the task (a random one by default) and is unique among the
-    live tasks of its type. Higher ``priority`` runs first. ``eta`` (an aware datetime)
-    or ``countdown`` (seconds or a timedelta) delays the start. Raise
-    ``TaskTypeNotFound``, ``InputsNotSerializable``, ``InvalidParameter`` or
+    ``identifier`` names the task (letters, digits, ``_`` and ``-``, at most 500; a
+    random one by default). A name is unique among the live tasks of its type, and
+    stays taken for the type's ``dedup_window`` after its task ended (9 days by
+    default), even once the task is purged. Higher ``priority`` runs first. ``eta``
+    (an aware datetime) or ``countdown`` (seconds or a timedelta) delays the start.
+    Raise ``TaskTypeNotFound``, ``InputsNotSerializable``, ``InvalidParameter`` or
     ``TaskAlreadyExists``; nothing is written then.
     """
+    named = identifier is not None
     identifier = _clean_identifier(identifier)
     priority = _clean_priority(priority)
     schedule = _schedule(eta, countdown)
-    return _enqueue(type_identifier, [(identifier, inputs)], priority, schedule)[0]
+    return _enqueue(type_identifier, [(identifier, inputs)], priority, schedule, named=named)[0]
 
 
 def enqueue_on_commit(type_identifier, inputs=None, *, identifier=None, priority=0, eta=None,
@@ -60,7 +65,7 @@ def enqueue_on_commit(type_identifier, inputs=None, *, identifier=None, priority
 
     Everything that can be checked before is checked now: an unknown type, inputs that
     cannot be stored, a bad argument raise here and nothing is queued. What can only
-    fail at the commit (a live task with the same ``identifier``: ``TaskAlreadyExists``;
+    fail at the commit (the ``identifier`` taken: ``TaskAlreadyExists``;
     a full queue: ``QueueFull``; the type unregistered meanwhile; the database gone)
     raises from the commit, after the surrounding transaction committed, and Django
     skips the on-commit callbacks registered after this one. The inputs are copied at
@@ -91,16 +96,20 @@ def enqueue_many(type_identifier, inputs_list, *, priority=0, eta=None, countdow
     return _enqueue(type_identifier, entries, priority, schedule)
 
 
-def _enqueue(type_identifier, entries, priority, schedule):
-    """Write ``entries`` (``(identifier, inputs)``) as tasks; return their ``Instance`` objects."""
+def _enqueue(type_identifier, entries, priority, schedule, named=False):
+    """Write ``entries`` (``(identifier, inputs)``) as tasks; return their ``Instance`` objects.
+    ``named``: the identifiers were given (one entry), not drawn."""
+    key = type_identifier.identifier if isinstance(type_identifier, Type) else type_identifier
+    if named:  # the type's window as it is now, not as a Type object given was read
+        type_identifier = key
     fast = engine()
     if fast is None or conf.MAX_QUEUED_TOTAL is not None:
         task_type = get_type(type_identifier)
         encoded = [(identifier, _dump(inputs, task_type)) for identifier, inputs in entries]
-        return _insert(task_type, encoded, priority, schedule)
-    key = type_identifier.identifier if isinstance(type_identifier, Type) else type_identifier
+        return _insert(task_type, encoded, priority, schedule, named)
     for attempt in range(3):
-        task_type = _types.get(key) if attempt == 0 else None
+        # A name's window is read as it is now: a stale one could let a name be reused.
+        task_type = _types.get(key) if attempt == 0 and not named else None
         fresh = task_type is None
         if fresh:
             task_type = _types[key] = get_type(type_identifier)
@@ -110,12 +119,14 @@ def _enqueue(type_identifier, entries, priority, schedule):
             if fresh:
                 raise
             continue  # its limit may have grown since it was read
+        if named and task_type.dedup_window:
+            return _insert(task_type, encoded, priority, schedule, named)
         if task_type.max_queued is not None:
             task_type = _types[key] = get_type(key)  # as it is now: the limit may be gone
             if task_type.max_queued is not None:
                 encoded = [(identifier, _dump(inputs, task_type)) for identifier, inputs in entries]
-                return _insert(task_type, encoded, priority, schedule)
-        instances = _write(fast, task_type, encoded, priority, schedule)
+                return _insert(task_type, encoded, priority, schedule, named)
+        instances = _write(fast, task_type, encoded, priority, schedule, named)
         if instances is not None:
             return instances
         _types.pop(key, None)
@@ -127,7 +138,7 @@ def _enqueue(type_identifier, entries, priority, schedule):
 _types = {}
 
 
-def _write(fast, task_type, encoded, priority, schedule):
+def _write(fast, task_type, encoded, priority, schedule, named=False):
     """Write the tasks with the engine ``fast`` (one statement on PostgreSQL); return them,
     or None when ``task_type`` changed since it was read."""
     if isinstance(schedule, datetime.datetime):
@@ -137,7 +148,8 @@ def _write(fast, task_type, encoded, priority, schedule):
     try:
         if len(encoded) == 1:
             [(identifier, data)] = encoded
-            instance = Instance(type=task_type, identifier=identifier, priority=priority)
+            instance = Instance(type=task_type, identifier=identifier, priority=priority,
+                                named=named)
             size = len(data.encode("utf-8"))
             rows = run_in_transaction(lambda: fast.enqueue(
                 task_type, instance, data, schedule, size, notify), database(),
@@ -154,7 +166,7 @@ def _write(fast, task_type, encoded, priority, schedule):
         return None
     keys = {identifier: (pk, created) for pk, identifier, created in rows}
     shared = copy.copy(task_type)  # the cached one stays the cache's
-    template = Instance(type=shared, identifier="", priority=priority)
+    template = Instance(type=shared, identifier="", priority=priority, named=named)
     return [_as_stored(template, identifier, *keys[identifier]) for identifier, _ in encoded]
 
 
@@ -170,6 +182,31 @@ def _as_stored(template, identifier, pk, created):
     instance.identifier, instance.pk, instance.created, instance.updated = (
         identifier, pk, created, created)
     return instance
+
+
+def _check_name_free(task_type, instance, now):
+    """Raise ``TaskAlreadyExists`` when ``instance``'s name was used by a task of its type
+    that ended within the type's ``dedup_window`` (kept or purged).
+
+    Read after the new queue row holds the name among the live tasks: a task of that
+    name ending meanwhile made this insert wait for it, and is seen ended here; a purge
+    deleting one wrote its tombstone in the same transaction.
+    """
+    since = now - task_type.dedup_window
+    name = instance.identifier
+    ended = max(filter(None, [
+        Instance.objects.filter(type=task_type, identifier=name, status__in=TERMINAL,
+                                finished__gt=since).exclude(pk=instance.pk)
+        .aggregate(last=Max("finished"))["last"],
+        Tombstone.objects.filter(type=task_type, identifier=name, ended__gt=since)
+        .values_list("ended", flat=True).first(),
+    ]), default=None)
+    if ended is not None:
+        raise TaskAlreadyExists(
+            f"the name {name!r} of type {task_type.identifier!r} was used by a task that ended "
+            f"at {ended.isoformat(timespec='seconds')}: it stays taken until "
+            f"{(ended + task_type.dedup_window).isoformat(timespec='seconds')} (dedup_window "
+            f"{task_type.dedup_window})")
 
 
 def _duplicate(task_type, encoded):
@@ -214,13 +251,13 @@ def _check_depth(task_type, count):
 
 
 @queue_write
-def _insert(task_type, entries, priority, schedule):
+def _insert(task_type, entries, priority, schedule, named=False):
     _check_depth(task_type, len(entries))
     now = database_now(database())
     not_before = schedule if isinstance(schedule, datetime.datetime) else now + schedule
     instances = Instance.objects.bulk_create(
         Instance(type=task_type, identifier=identifier, priority=priority, created=now,
-                 updated=now)
+                 updated=now, named=named)
         for identifier, _ in entries
     )
     _fill_primary_keys(task_type, instances)
@@ -232,6 +269,9 @@ def _insert(task_type, entries, priority, schedule):
         )
     except IntegrityError:
         raise _duplicate(task_type, entries) from None
+    if named and task_type.dedup_window:
+        [instance] = instances
+        _check_name_free(task_type, instance, now)
     Inputs.objects.bulk_create(
         Inputs(instance=instance, input_format=task_type.input_format, data=data)
         for instance, (_, data) in zip(instances, entries, strict=True)
@@ -276,14 +316,20 @@ def _dump(inputs, task_type):
     return data
 
 
+#: A task's name: App Engine's.
+NAME = re.compile(r"[A-Za-z0-9_-]+")
+
+
 def _clean_identifier(identifier):
     if identifier is None:
         return uuid.uuid4().hex
     if not isinstance(identifier, str) or not identifier:
         raise InvalidParameter(f"a task identifier must be a non-empty string, not {identifier!r}")
-    if len(identifier) > IDENTIFIER_MAX_LENGTH:
-        raise InvalidParameter(f"a task identifier has at most {IDENTIFIER_MAX_LENGTH} characters")
-    check_text(identifier, "a task identifier")
+    if len(identifier) > NAME_MAX_LENGTH:
+        raise InvalidParameter(f"a task identifier has at most {NAME_MAX_LENGTH} characters")
+    if not NAME.fullmatch(identifier):
+        raise InvalidParameter(
+            f"a task identifier has only letters, digits, '_' and '-', not {identifier!r}")
     return identifier
 
 

@@ -7,11 +7,12 @@ from django.db.models import Exists, OuterRef, Value
 from django.db.models.functions import Now
 
 from atp.conf import conf
+from atp.db import database_now
 from atp.engine.base import database, pk_of, queue_write
 from atp.engine.locks import lock_task
 from atp.engine.types import find_type
 from atp.exceptions import InvalidParameter, InvalidTransition
-from atp.models import Instance, Task, Type
+from atp.models import Instance, Task, Tombstone, Type
 from atp.states import TERMINAL, Status
 
 DELETABLE = (Status.ACCEPTED, *TERMINAL)
@@ -36,6 +37,7 @@ def delete_task(instance):
             f"task #{pk} is {locked.status} but its daemon is still stopping its last "
             "worker: delete it in a moment", current=locked.status,
         )
+    _bury([pk])
     Instance.objects.filter(pk=pk).delete()
 
 
@@ -62,8 +64,50 @@ def _delete_locked(tasks):
         ended = ended.select_for_update(skip_locked=True)
     pks = list(ended.values_list("pk", flat=True))
     if pks:
+        _bury(pks)
         Instance.objects.filter(pk__in=pks).delete()
     return pks
+
+
+def _bury(pks):
+    """Write a tombstone for each named task among ``pks`` (ended, about to be deleted)
+    whose name its type's ``dedup_window`` still holds: the name stays taken."""
+    named = list(Instance.objects.filter(
+        pk__in=pks, named=True, finished__isnull=False, type__dedup_window__isnull=False,
+    ).values_list("type_id", "identifier", "finished", "type__dedup_window"))
+    if not named:
+        return
+    now = database_now(database())
+    stones = [Tombstone(type_id=type_id, identifier=name, ended=ended)
+              for type_id, name, ended, window in named if ended + window > now]
+    if not stones:
+        return
+    upsert = {"update_conflicts": True, "update_fields": ["ended"]}
+    if connections[database()].features.supports_update_conflicts_with_target:
+        upsert["unique_fields"] = ["type", "identifier"]
+    Tombstone.objects.bulk_create(stones, **upsert)
+
+
+def purge_tombstones(*, batch_size=None, max_batches=None):
+    """Delete the tombstones whose type's ``dedup_window`` has closed; return how many.
+
+    In transactions of at most ``batch_size`` (``ATP_PURGE_BATCH_SIZE``) each, at most
+    ``max_batches`` of them (the daemon purges a little at each round).
+    """
+    batch_size = batch_size or conf.PURGE_BATCH_SIZE
+    purged = batches = 0
+    for type_id, window in Type.objects.values_list("pk", "dedup_window"):
+        stale = Tombstone.objects.filter(type_id=type_id)
+        if window is not None:
+            stale = stale.filter(ended__lte=Now() - Value(window))
+        while max_batches is None or batches < max_batches:
+            deleted, _ = Tombstone.objects.filter(
+                pk__in=list(stale.values_list("pk", flat=True)[:batch_size])).delete()
+            purged += deleted
+            batches += bool(deleted)
+            if deleted < batch_size:
+                break
+    return purged
 
 
 def purge_finished(older_than=None, type=None, *, batch_size=None, max_batches=None):

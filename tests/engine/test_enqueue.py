@@ -101,7 +101,8 @@ def test_an_identifier_stays_taken_while_its_task_is_in_flight(noop_type, status
 
 
 @pytest.mark.parametrize("status", [Status.FINISHED, Status.FAILED, Status.CANCELLED])
-def test_an_ended_task_frees_its_identifier(noop_type, status):
+def test_an_ended_task_frees_its_identifier_without_a_dedup_window(noop_type, status):
+    atp.register_task_type("tests.noop", "tests.handlers.noop", dedup_window=None)
     ended = TaskFactory(type=noop_type, identifier="nightly", status=status)
     again = atp.enqueue("tests.noop", identifier="nightly")
     assert again.pk != ended.pk
@@ -141,7 +142,11 @@ def test_a_pickle_type_takes_what_json_cannot(pickle_enabled, db):
     [
         ({"identifier": ""}, "non-empty string"),
         ({"identifier": 42}, "non-empty string"),
-        ({"identifier": "x" * 256}, "at most 255"),
+        ({"identifier": "x" * 501}, "at most 500"),
+        ({"identifier": "a b"}, "only letters, digits"),
+        ({"identifier": "a/b"}, "only letters, digits"),
+        ({"identifier": "café"}, "only letters, digits"),
+        ({"identifier": "a\x00"}, "only letters, digits"),
         ({"priority": 1.5}, "priority must be an integer"),
         ({"priority": 40000}, "priority must be an integer"),
         ({"priority": True}, "priority must be an integer"),

@@ -77,6 +77,7 @@ def test_reenqueue_retries_an_ended_task_with_a_fresh_restart_budget(noop_type, 
 
 
 def test_reenqueue_of_an_ended_task_whose_identifier_was_taken_is_refused(noop_type):
+    atp.register_task_type("tests.noop", "tests.handlers.noop", dedup_window=None)
     failed = TaskFactory(type=noop_type, identifier="daily", status=Status.FAILED)
     atp.enqueue("tests.noop", identifier="daily")
     before = snapshot(failed)

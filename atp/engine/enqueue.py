@@ -276,6 +276,12 @@ def _dump(inputs, task_type):
     return data
 
 
+def check_inputs(inputs, task_type):
+    """Raise what ``enqueue`` raises for ``inputs`` a task of ``task_type`` cannot take
+    (``InputsNotSerializable``, ``InputsTooLarge``, ``InvalidParameter``)."""
+    _dump(inputs, task_type)
+
+
 def _clean_identifier(identifier):
     if identifier is None:
         return uuid.uuid4().hex

@@ -328,3 +328,14 @@ def test_a_due_time_is_enqueued_once_even_when_its_task_ends_at_once():
                                pause_after=r'"atp_schedule"\."id" = ')
     assert len(first.get()) + len(second.get()) == 1
     assert Instance.objects.count() == 1
+
+
+def test_the_daemons_run_once_entry_enqueues_what_is_due_and_says_when_next(noop_type):
+    from atp.daemon import maintenance
+
+    assert maintenance.enqueue_due_schedules() == (0, None)
+    schedule = atp.schedule("beat", "tests.noop", every=60)
+    Schedule.objects.filter(pk=schedule.pk).update(next_run=at(2020, 1, 1))
+    enqueued, seconds_left = maintenance.enqueue_due_schedules()
+    assert enqueued == 1 and 0 < seconds_left <= 60
+    assert maintenance.enqueue_due_schedules() == (0, pytest.approx(seconds_left, abs=1))

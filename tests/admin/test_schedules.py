@@ -27,7 +27,7 @@ def test_a_schedule_added_in_the_admin_comes_due_like_one_from_the_api(log_in, n
     schedule = Schedule.objects.get(name="beat")
     assert schedule.interval == datetime.timedelta(minutes=5) and schedule.inputs == '{"n":1}'
     assert schedule.next_run - schedule.created == pytest.approx(
-        datetime.timedelta(minutes=5), abs=datetime.timedelta(seconds=1))
+        datetime.timedelta(minutes=5), abs=datetime.timedelta(seconds=2))
     page = admin.get(LIST).content.decode()
     assert "every 5 min" in page and "beat" in page
 

@@ -38,8 +38,8 @@ from atp.states import Status
 __all__ = [
     "Status", "cancel", "defer", "delete_task", "dequeue", "enqueue", "enqueue_many", "enqueue_on_commit",
     "get_response", "get_type", "pause", "pause_type", "purge_finished", "purge_type", "reenqueue",
-    "register_task_type", "resume", "resume_type", "set_response", "set_status",
-    "task_type", "unregister_task_type",
+    "register_task_type", "resume", "resume_type", "schedule", "set_response", "set_status",
+    "task_type", "unregister_task_type", "unschedule",
 ]
 
 
@@ -91,3 +91,27 @@ def cancel(instance, message="", *, by=None):
 def set_response(instance, data, content_type=None):
     """Store ``data`` (bytes, text or a JSON value) as the task's response; return the ``Response``."""
     return engine.set_response(instance, data, content_type)
+
+
+def schedule(name, type_identifier, *, cron=None, every=None, timezone=None, inputs=None,
+             priority=0, catch_up=1, enabled=True):
+    """Enqueue a task of type ``type_identifier`` at each due time of ``cron`` or ``every``
+    (seconds or a timedelta); return the ``Schedule``. Repeat to change it.
+
+    ``name`` (letters, digits, ``_``, ``-``) names the schedule and its tasks
+    (``sched-<name>-<due time>``). ``cron`` is read in UTC, or in ``timezone`` (such as
+    ``"Europe/Paris"``). Each task gets ``inputs`` and ``priority``. After due times
+    no daemon was there for, at most ``catch_up`` runs are enqueued, the latest (0:
+    none more than ``ATP_SCHEDULE_GRACE_SECONDS`` late). Saved again with the same
+    timetable it keeps its next due time; a new timetable, or enabling it, starts it
+    from now. Raise ``InvalidParameter``, ``TaskTypeNotFound``,
+    ``InputsNotSerializable`` or ``InputsTooLarge``; nothing changes then.
+    """
+    return engine.save_schedule(name, type_identifier, cron=cron, every=every,
+                                timezone=timezone, inputs=inputs, priority=priority,
+                                catch_up=catch_up, enabled=enabled)
+
+
+def unschedule(name):
+    """Delete schedule ``name`` (its tasks already queued stay); raise ``ScheduleNotFound``."""
+    engine.delete_schedule(name)

@@ -105,5 +105,11 @@ class AtpSettings:
         without end; every enqueue counts the queue while it is set."""
         return getattr(settings, "ATP_MAX_QUEUED_TOTAL", None)
 
+    @property
+    def SCHEDULE_GRACE_SECONDS(self):
+        """How late a schedule's run may be enqueued when the schedule's ``catch_up`` is 0:
+        a due time passed longer ago (no daemon ran then) is skipped."""
+        return getattr(settings, "ATP_SCHEDULE_GRACE_SECONDS", 60.0)
+
 
 conf = AtpSettings()

@@ -38,6 +38,10 @@ class TaskAlreadyExists(AtpError):
     """A live task of this type already has this identifier."""
 
 
+class ScheduleNotFound(AtpError, LookupError):
+    """No schedule has this name."""
+
+
 class InvalidTransition(AtpError):
     """The task's state does not allow this change; nothing was changed."""
 

@@ -1,5 +1,6 @@
 """The data model of the ATP RFC: task types, tasks, their inputs, responses, state
-history and queue rows, plus the registry of daemons.
+history and queue rows, plus the registry of daemons and the schedules of periodic
+tasks.
 
 Rows are written by the queue verbs in ``atp.engine`` only; create tasks with
 ``atp.enqueue`` rather than ``Instance.objects.create``.
@@ -14,6 +15,8 @@ from django.db.models import Q
 from atp.conf import conf
 from atp.processes import ProcessIdentity
 from atp.retry import DEFAULT_MAX_BACKOFF, DEFAULT_MAX_DOUBLINGS, DEFAULT_MIN_BACKOFF
+from atp.schedules import CRON_MAX_LENGTH, TIMEZONE_MAX_LENGTH, Timetable
+from atp.schedules import NAME_MAX_LENGTH as SCHEDULE_NAME_MAX_LENGTH
 from atp.serialization import TOKEN_END_CHARS, InputFormat, load_inputs, pickled_size
 from atp.states import IN_FLIGHT, LIVE, TERMINAL, Status
 
@@ -433,3 +436,54 @@ class Tombstone(models.Model):
 
     def __str__(self):
         return f"tombstone of {self.identifier}"
+
+
+class Schedule(models.Model):
+    """A periodic task: a task of ``type`` enqueued at each due time of a cron expression
+    or an interval, once across all daemons (see ``atp.schedules``).
+
+    Rows change through ``atp.schedule``/``atp.unschedule`` (and the admin, which calls
+    them); the daemons move ``next_run`` as they enqueue the runs.
+    """
+
+    name = models.CharField(
+        max_length=SCHEDULE_NAME_MAX_LENGTH, unique=True,
+        help_text="Letters, digits, '_' and '-'; names the tasks it enqueues.",
+    )
+    type = models.ForeignKey(Type, on_delete=models.PROTECT, related_name="schedules")
+    cron = models.CharField(
+        max_length=CRON_MAX_LENGTH, blank=True,
+        help_text="A cron expression (5 fields, or 6 with seconds last); empty for an interval.",
+    )
+    interval = models.DurationField(
+        null=True, blank=True, help_text="Every this long (whole seconds); empty for a cron expression.",
+    )
+    timezone = models.CharField(
+        max_length=TIMEZONE_MAX_LENGTH, blank=True,
+        help_text="The time zone of the cron expression, such as Europe/Paris; empty for UTC.",
+    )
+    inputs = models.TextField(default="null", help_text="The inputs of each task, as JSON.")
+    priority = models.SmallIntegerField(default=0)
+    catch_up = models.PositiveSmallIntegerField(
+        default=1,
+        help_text="After missed due times (no daemon ran), enqueue at most this many runs, "
+        "the latest; 0: none more than ATP_SCHEDULE_GRACE_SECONDS late.",
+    )
+    enabled = models.BooleanField(default=True)
+    next_run = models.DateTimeField(db_index=True, help_text="The next due time not enqueued yet.")
+    last_run = models.DateTimeField(
+        null=True, blank=True, help_text="The latest due time a task was enqueued for.",
+    )
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self):
+        return self.name
+
+    @property
+    def timetable(self):
+        """Return when it comes due, as an ``atp.schedules.Timetable``."""
+        return Timetable(cron=self.cron, interval=self.interval, timezone=self.timezone)

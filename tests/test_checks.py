@@ -33,6 +33,8 @@ def test_the_test_settings_pass_every_check():
         ({"USE_TZ": False}, ["atp.E011"]),
         ({"ATP_MAX_INPUT_BYTES": 0}, ["atp.E012"]),
         ({"ATP_MAX_RESPONSE_BYTES": "10MB"}, ["atp.E012"]),
+        ({"ATP_SCHEDULE_GRACE_SECONDS": -1}, ["atp.E022"]),
+        ({"ATP_SCHEDULE_GRACE_SECONDS": "60"}, ["atp.E022"]),
     ],
 )
 def test_each_bad_setting_has_its_own_error(settings, expected):

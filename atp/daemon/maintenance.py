@@ -90,6 +90,21 @@ def _warn_of_a_twin(daemon, me):
     )
 
 
+def enqueue_due_schedules():
+    """Enqueue the due runs of every schedule, once across all daemons (see
+    ``atp.engine.schedules``); return how many tasks, and the seconds until the next
+    schedule comes due (None: none is enabled, or one is still due: another daemon
+    holds it, and the next poll looks again). Costs one indexed query when none is due."""
+    enqueued = 0
+    seconds = engine.seconds_to_next_run()
+    if seconds is not None and seconds <= 0:
+        enqueued = len(engine.enqueue_due())
+        seconds = engine.seconds_to_next_run()
+    if seconds is not None and seconds <= 0:
+        seconds = None
+    return enqueued, seconds
+
+
 def purge_expired(max_batches=1):
     """Delete a batch of ended tasks past their type's retention, and one of tombstones
     past their type's ``dedup_window``; return how many tasks."""

@@ -4,8 +4,9 @@ One thread, one loop. Each round it waits for something to happen (a worker repo
 or dies, a notification or a signal arrives, a timer is due), then does its database
 work: the ends its workers reported and the starts of prefetched tasks (written
 together), pending restarts, the heartbeat, the check against its leases,
-maintenance, and a claim that starts tasks for the idle workers and queues a few
-more behind busy ones when tasks are short (``atp.daemon.prefetch``). A database
+maintenance, the due runs of schedules (periodic tasks), and a claim that starts
+tasks for the idle workers and queues a few more behind busy ones when tasks are
+short (``atp.daemon.prefetch``). A database
 that goes away puts the loop in outage mode: running tasks go on, database work is
 retried with back-off.
 """
@@ -114,6 +115,10 @@ class Supervisor:
         # None: none that soon.
         self.next_due = None
         self.maintenance = Every(conf.HEARTBEAT_INTERVAL_SECONDS)
+        # Schedules (periodic tasks) are looked at every poll, and at the due time of
+        # the first when it comes before the next poll (monotonic; None: not that soon).
+        self.schedules = Every(config.poll_interval)
+        self.next_schedule = None
 
     # -- the loop ------------------------------------------------------------------
 
@@ -194,6 +199,10 @@ class Supervisor:
                 due.append(self.polls.next)
             if self.next_due is not None and self._free_slots() > 0:
                 due.append(self.next_due)
+            if self.drain_deadline is None:
+                due.append(self.schedules.next)
+                if self.next_schedule is not None:
+                    due.append(self.next_schedule)
         deadlines = [w.assignment.kill_at for w in self.pool.busy() if w.assignment.kill_at]
         if self.drain_deadline is not None and self.drain_deadline > now:
             deadlines.append(self.drain_deadline)
@@ -367,10 +376,29 @@ class Supervisor:
             maintenance.prune_stopped_daemons()
             maintenance.tend_queue_table()
             self.maintenance.done(now)
+        if self.drain_deadline is None and (self.schedules.is_due(now) or (
+                self.next_schedule is not None and now >= self.next_schedule)):
+            self._enqueue_schedules(now)
         self.listener.ensure_connected()
         if self._may_claim(now):
             self._claim(now)  # writes the reported ends too, in the same statement
         self._settle()
+
+    def _enqueue_schedules(self, now):
+        """Enqueue the due runs of schedules; note when the next comes due, if before
+        the next poll."""
+        self.schedules.done(now)
+        self.next_schedule = None
+        try:
+            enqueued, seconds = maintenance.enqueue_due_schedules()
+        except CONNECTION_ERRORS:
+            raise
+        except Exception:  # a write the database refused: not the end of the daemon
+            logger.exception("enqueueing the due runs of schedules failed")
+            return
+        self.should_claim = self.should_claim or enqueued > 0
+        if seconds is not None and seconds < self.config.poll_interval:
+            self.next_schedule = time.monotonic() + seconds
 
     def _settle(self):
         """Write the ends the workers reported since the last round, and the starts of

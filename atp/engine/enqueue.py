@@ -316,6 +316,12 @@ def _dump(inputs, task_type):
     return data
 
 
+def check_inputs(inputs, task_type):
+    """Raise what ``enqueue`` raises for ``inputs`` a task of ``task_type`` cannot take
+    (``InputsNotSerializable``, ``InputsTooLarge``, ``InvalidParameter``)."""
+    _dump(inputs, task_type)
+
+
 #: A task's name: App Engine's.
 NAME = re.compile(r"[A-Za-z0-9_-]+")
 

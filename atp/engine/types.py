@@ -133,13 +133,19 @@ def _update_type(identifier, parameters):
 
 @queue_write
 def unregister_task_type(identifier):
-    """Delete task type ``identifier``; raise ``TaskTypeInUse`` while it has tasks."""
+    """Delete task type ``identifier``; raise ``TaskTypeInUse`` while it has tasks or schedules."""
     task_type = find_type(identifier)
     count = Instance.objects.filter(type=task_type).count()
     if count:
         raise TaskTypeInUse(
             f"task type {task_type.identifier!r} still has {count} task(s); "
             "delete or purge them first"
+        )
+    schedules = list(task_type.schedules.values_list("name", flat=True))
+    if schedules:
+        raise TaskTypeInUse(
+            f"task type {task_type.identifier!r} is run by schedule(s) {', '.join(schedules)}; "
+            "unschedule them first"
         )
     try:
         task_type.delete()

@@ -1,0 +1,132 @@
+"""The admin of schedules (periodic tasks): edited with the checks of ``atp.schedule``."""
+
+from django import forms
+from django.contrib import admin
+
+from atp import audit, engine, schedules
+from atp.admin.actions import Outcome
+from atp.admin.keys import NumericKeys
+from atp.admin.paginators import no_facets
+from atp.engine.schedules import clean_schedule
+from atp.exceptions import AtpError, InputsNotSerializable, InputsTooLarge, ScheduleNotFound
+from atp.models import Schedule
+from atp.serialization import load_json
+
+EDITABLE = ["name", "type", "cron", "interval", "timezone", "inputs", "priority", "catch_up",
+            "enabled"]
+
+
+class ScheduleForm(forms.ModelForm):
+    """Checks a schedule as ``atp.schedule`` does, each error on its field."""
+
+    inputs = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3}), initial="null",
+        help_text="The inputs of each task, as JSON.")
+
+    class Meta:
+        model = Schedule
+        fields = EDITABLE
+
+    def clean(self):
+        cleaned = super().clean()
+        if self.errors:
+            return cleaned
+        name = cleaned.get("name", self.instance.name)
+        try:
+            inputs = load_json(cleaned["inputs"])
+        except ValueError as exc:
+            self.add_error("inputs", f"not JSON: {exc}")
+            return cleaned
+        self.arguments = {
+            "cron": cleaned["cron"], "every": cleaned["interval"], "timezone": cleaned["timezone"],
+            "inputs": inputs, "priority": cleaned["priority"], "catch_up": cleaned["catch_up"],
+            "enabled": cleaned["enabled"],
+        }
+        try:
+            clean_schedule(name, cleaned["type"], **self.arguments)
+        except AtpError as exc:
+            self.add_error(self._field_of(exc), str(exc))
+        return cleaned
+
+    def _field_of(self, error):
+        message = str(error)
+        if isinstance(error, (InputsNotSerializable, InputsTooLarge)):
+            return "inputs"
+        for name in ("priority", "catch_up"):
+            if message.startswith(name):
+                return name
+        if "schedule name" in message:
+            return "name"
+        if "time zone" in message:
+            return "timezone"
+        if "not both" in message:
+            return None
+        if "cron" in message:
+            return "cron"
+        if "every" in message:
+            return "interval"
+        return None
+
+
+@no_facets
+@admin.register(Schedule)
+class ScheduleAdmin(NumericKeys, admin.ModelAdmin):
+    list_display = ["name", "type", "timetable", "next_run", "last_run", "enabled"]
+    list_filter = ["enabled"]
+    search_fields = ["name", "type__identifier"]
+    list_select_related = ["type"]
+    actions = ["enable_schedules", "disable_schedules"]
+    form = ScheduleForm
+    fields = EDITABLE + ["next_run", "last_run", "created", "updated"]
+    readonly_fields = ["next_run", "last_run", "created", "updated"]
+
+    class Media:
+        css = {"all": ["atp/atp.css"]}
+
+    def get_readonly_fields(self, request, obj=None):
+        # The name names the runs' tasks: a renamed schedule is a new one.
+        return self.readonly_fields + (["name"] if obj is not None else [])
+
+    @admin.display(description="when", ordering="cron")
+    def timetable(self, obj):
+        if obj.interval is not None:
+            return f"every {schedules.describe_interval(obj.interval)}"
+        return f"{obj.cron} ({obj.timezone or 'UTC'})"
+
+    def save_model(self, request, obj, form, change):
+        # Through the verb: it locks the row and recomputes the next due time as the API does.
+        saved = engine.save_schedule(obj.name, form.cleaned_data["type"], **form.arguments)
+        obj.pk = saved.pk
+        obj.refresh_from_db()
+
+    def delete_model(self, request, obj):
+        try:
+            engine.delete_schedule(obj.name)
+        except ScheduleNotFound:
+            pass  # gone meanwhile: what the operator wanted
+
+    def delete_queryset(self, request, queryset):
+        for schedule in queryset:
+            self.delete_model(request, schedule)
+
+    def _switch(self, request, queryset, enabled, done_label):
+        outcome = Outcome()
+        for schedule in queryset:
+            try:
+                engine.set_schedule_enabled(schedule.name, enabled)
+            except ScheduleNotFound:
+                outcome.refused["already gone"] += 1
+            else:
+                outcome.changed.append(schedule)
+        audit.record(request.user, Schedule, [(s.pk, s) for s in outcome.changed],
+                     done_label.capitalize())
+        self.message_user(request, outcome.message(done_label))
+
+    @admin.action(description="Enable selected schedules (from their next due time)",
+                  permissions=["change"])
+    def enable_schedules(self, request, queryset):
+        self._switch(request, queryset, True, "enabled")
+
+    @admin.action(description="Disable selected schedules", permissions=["change"])
+    def disable_schedules(self, request, queryset):
+        self._switch(request, queryset, False, "disabled")

@@ -31,12 +31,13 @@ from atp.engine import (
     unregister_task_type,
 )
 from atp.engine.base import pk_of
+from atp.engine.batches import batch
 from atp.models import Instance
 from atp.registry import task_type
 from atp.states import Status
 
 __all__ = [
-    "Status", "cancel", "defer", "delete_task", "dequeue", "enqueue", "enqueue_many", "enqueue_on_commit",
+    "Status", "batch", "cancel", "defer", "delete_task", "dequeue", "enqueue", "enqueue_many", "enqueue_on_commit",
     "get_response", "get_type", "pause", "pause_type", "purge_finished", "purge_type", "reenqueue",
     "register_task_type", "resume", "resume_type", "schedule", "set_response", "set_status",
     "task_type", "unregister_task_type", "unschedule",

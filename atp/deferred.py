@@ -32,7 +32,7 @@ def defer(func, *args, _countdown=None, _eta=None, _name=None, _priority=0,
     that does not run deferred calls, and what ``enqueue`` raises.
     """
     path = func if isinstance(func, str) else registry.handler_path(func)
-    _resolve(path)
+    resolve(path)
     task_type = get_type(_queue)
     if task_type.handler != RUNNER:
         raise InvalidParameter(
@@ -44,7 +44,7 @@ def defer(func, *args, _countdown=None, _eta=None, _name=None, _priority=0,
 
 def run(task, inputs):
     """The handler of deferred calls: call the function the inputs name."""
-    function = _resolve(inputs["function"])
+    function = resolve(inputs["function"])
     return function(*inputs.get("args", ()), **inputs.get("kwargs", {}))
 
 
@@ -54,7 +54,7 @@ def run(task, inputs):
 NOT_DEFERRABLE = ("atp", "django")
 
 
-def _resolve(path):
+def resolve(path):
     """Return the function at ``path``; raise ``InvalidHandler`` for one that may not be
     deferred (see ``registry.resolve_handler``, and ``NOT_DEFERRABLE``)."""
     module = str(path).rpartition(".")[0]

@@ -192,6 +192,11 @@ class Instance(models.Model):
     retries = models.PositiveIntegerField(
         default=0, help_text="How often a failed attempt was retried (the type's retry policy).",
     )
+    # No index of its own: the partial (batch, status) index leads with it.
+    batch = models.ForeignKey(
+        "Batch", on_delete=models.SET_NULL, null=True, blank=True, related_name="members",
+        db_index=False, help_text="The batch it was enqueued in (atp.batch), if any.",
+    )
     progress_done = models.FloatField(null=True, blank=True)
     progress_total = models.FloatField(null=True, blank=True)
     progress_message = models.CharField(max_length=255, blank=True)
@@ -223,6 +228,11 @@ class Instance(models.Model):
             models.Index(
                 fields=["type", "finished"], condition=Q(status__in=TERMINAL),
                 name="atp_instance_ended_idx",
+            ),
+            # A batch's members by state: its progress, and whether one still lives.
+            models.Index(
+                fields=["batch", "status"], condition=Q(batch__isnull=False),
+                name="atp_instance_batch_idx",
             ),
             # The tasks an operator looks into: failed and cancelled ones of a type,
             # newest first, listed and counted without reading the finished millions.
@@ -487,3 +497,54 @@ class Schedule(models.Model):
     def timetable(self):
         """Return when it comes due, as an ``atp.schedules.Timetable``."""
         return Timetable(cron=self.cron, interval=self.interval, timezone=self.timezone)
+
+
+class Batch(models.Model):
+    """Tasks enqueued together (``atp.batch``), and the task enqueued once all have ended.
+
+    Once the batch is sealed (its ``with`` block ended) and none of its members is
+    live, a daemon enqueues its on-complete task, once (see ``atp.engine.batches``).
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    name = models.CharField(max_length=255, blank=True)
+    on_complete = models.CharField(
+        max_length=IDENTIFIER_MAX_LENGTH,
+        help_text="The type of the task enqueued once every member has ended.",
+    )
+    function = models.CharField(
+        max_length=255, blank=True,
+        help_text="A function called then (atp.defer), in a task of the type above.",
+    )
+    inputs = models.TextField(default="{}", help_text="Given to the on-complete task (JSON).")
+    created = models.DateTimeField()
+    sealed = models.DateTimeField(
+        null=True, blank=True, help_text="When its last member was enqueued (its block ended).",
+    )
+    completed = models.DateTimeField(
+        null=True, blank=True, help_text="When its on-complete task was enqueued.",
+    )
+    completion = models.ForeignKey(
+        Instance, on_delete=models.SET_NULL, null=True, blank=True, related_name="+",
+        help_text="Its on-complete task.",
+    )
+    # The members' ends as counted at completion.
+    total = models.PositiveIntegerField(null=True, blank=True)
+    finished = models.PositiveIntegerField(null=True, blank=True)
+    failed = models.PositiveIntegerField(null=True, blank=True)
+    cancelled = models.PositiveIntegerField(null=True, blank=True)
+
+    class Meta:
+        verbose_name_plural = "batches"
+        indexes = [
+            # The batches daemons look at: sealed, not completed. Few, however many ended.
+            models.Index(fields=["id"], condition=Q(completed__isnull=True, sealed__isnull=False),
+                         name="atp_batch_open_idx"),
+        ]
+
+    def __str__(self):
+        return f"batch #{self.pk}{f' {self.name}' if self.name else ''}"
+
+    @property
+    def is_complete(self):
+        return self.completed is not None

@@ -262,3 +262,14 @@ def multiply(a, b, *, factor=1):
 def describe(moment, amounts):
     """A plain function taking what JSON alone would not round-trip."""
     return {"moment": moment.isoformat(), "types": [type(a).__name__ for a in amounts]}
+
+
+def summarise(summary):
+    """A batch's on-complete function (``atp.batch(summarise, ...)``)."""
+    return {"done": summary["finished"], "of": summary["total"]}
+
+
+def wait_for_file(task, inputs):
+    """Wait until the file ``inputs["path"]`` exists (a test opens the way)."""
+    while not os.path.exists(inputs["path"]):
+        time.sleep(0.02)

@@ -104,12 +104,13 @@ class InstanceAdmin(NumericKeys, admin.ModelAdmin):
         ("Progress", {"fields": ["progress_bar", "progress_message"]}),
         ("Times (database clock)", {"fields": ["created", "updated", "started", "finished",
                                                "run_time"]}),
-        ("Daemon", {"fields": ["daemon"]}),
+        ("Daemon and batch", {"fields": ["daemon", "batch"]}),
         ("Inputs and response", {"fields": ["inputs_preview", "response_preview"]}),
     ]
     readonly_fields = ["type", "identifier", "state", "priority", "attempt", "restarts",
                        "progress_bar", "progress_message", "created", "updated", "started",
-                       "finished", "run_time", "daemon", "inputs_preview", "response_preview"]
+                       "finished", "run_time", "daemon", "batch", "inputs_preview",
+                       "response_preview"]
 
     class Media:
         css = {"all": ["atp/atp.css"]}

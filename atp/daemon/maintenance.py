@@ -12,7 +12,7 @@ from atp import engine, processes
 from atp.conf import conf
 from atp.daemon.lease import clock
 from atp.db import database_now
-from atp.engine import upkeep
+from atp.engine import batches, upkeep
 from atp.engine.base import database
 from atp.models import Daemon
 from atp.processes import Seen
@@ -88,6 +88,12 @@ def _warn_of_a_twin(daemon, me):
         "heartbeat only.", daemon, me.host, daemon.boot_id or "unknown",
         daemon.pid_namespace or "unknown", me.boot_id or "unknown", me.pid_namespace or "unknown",
     )
+
+
+def complete_batches():
+    """Enqueue the on-complete task of each batch whose members all ended, once across
+    daemons (see ``atp.engine.batches``); return how many."""
+    return len(batches.complete_due())
 
 
 def enqueue_due_schedules():

@@ -4,7 +4,8 @@ One thread, one loop. Each round it waits for something to happen (a worker repo
 or dies, a notification or a signal arrives, a timer is due), then does its database
 work: the ends its workers reported and the starts of prefetched tasks (written
 together), pending restarts, the heartbeat, the check against its leases,
-maintenance, the due runs of schedules (periodic tasks), and a claim that starts
+maintenance, the batches whose members all ended and the due runs of schedules
+(periodic tasks), and a claim that starts
 tasks for the idle workers and queues a few more behind busy ones when tasks are
 short (``atp.daemon.prefetch``). A database
 that goes away puts the loop in outage mode: running tasks go on, database work is
@@ -378,11 +379,23 @@ class Supervisor:
             self.maintenance.done(now)
         if self.drain_deadline is None and (self.schedules.is_due(now) or (
                 self.next_schedule is not None and now >= self.next_schedule)):
+            self._complete_batches()
             self._enqueue_schedules(now)
         self.listener.ensure_connected()
         if self._may_claim(now):
             self._claim(now)  # writes the reported ends too, in the same statement
         self._settle()
+
+    def _complete_batches(self):
+        """Enqueue the on-complete task of each batch whose members all ended."""
+        try:
+            completed = maintenance.complete_batches()
+        except CONNECTION_ERRORS:
+            raise
+        except Exception:  # a write the database refused: not the end of the daemon
+            logger.exception("completing batches failed")
+            return
+        self.should_claim = self.should_claim or completed > 0
 
     def _enqueue_schedules(self, now):
         """Enqueue the due runs of schedules; note when the next comes due, if before

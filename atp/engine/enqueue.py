@@ -20,6 +20,7 @@ from django.utils import timezone
 from atp.conf import conf
 from atp.db import database_now, run_in_transaction
 from atp.engine.base import database, queue_write
+from atp.engine.batches import current_batch_id, member_of
 from atp.engine.engines import engine
 from atp.engine.locks import for_update
 from atp.engine.notify import notify_runnable
@@ -76,9 +77,14 @@ def enqueue_on_commit(type_identifier, inputs=None, *, identifier=None, priority
     _schedule(eta, countdown)
     _dump(inputs, get_type(type_identifier))
     inputs = copy.deepcopy(inputs)  # as they are now, not as the caller may change them
-    transaction.on_commit(lambda: enqueue(
-        type_identifier, inputs, identifier=identifier, priority=priority, eta=eta,
-        countdown=countdown), using=database())
+    batch_id = current_batch_id()  # a member of the batch whose block runs now
+
+    def enqueue_now():
+        with member_of(batch_id):
+            enqueue(type_identifier, inputs, identifier=identifier, priority=priority,
+                    eta=eta, countdown=countdown)
+
+    transaction.on_commit(enqueue_now, using=database())
 
 
 def enqueue_many(type_identifier, inputs_list, *, priority=0, eta=None, countdown=None):
@@ -149,7 +155,7 @@ def _write(fast, task_type, encoded, priority, schedule, named=False):
         if len(encoded) == 1:
             [(identifier, data)] = encoded
             instance = Instance(type=task_type, identifier=identifier, priority=priority,
-                                named=named)
+                                named=named, batch_id=current_batch_id())
             size = len(data.encode("utf-8"))
             rows = run_in_transaction(lambda: fast.enqueue(
                 task_type, instance, data, schedule, size, notify), database(),
@@ -166,7 +172,8 @@ def _write(fast, task_type, encoded, priority, schedule, named=False):
         return None
     keys = {identifier: (pk, created) for pk, identifier, created in rows}
     shared = copy.copy(task_type)  # the cached one stays the cache's
-    template = Instance(type=shared, identifier="", priority=priority, named=named)
+    template = Instance(type=shared, identifier="", priority=priority, named=named,
+                        batch_id=current_batch_id())
     return [_as_stored(template, identifier, *keys[identifier]) for identifier, _ in encoded]
 
 
@@ -257,7 +264,7 @@ def _insert(task_type, entries, priority, schedule, named=False):
     not_before = schedule if isinstance(schedule, datetime.datetime) else now + schedule
     instances = Instance.objects.bulk_create(
         Instance(type=task_type, identifier=identifier, priority=priority, created=now,
-                 updated=now, named=named)
+                 updated=now, named=named, batch_id=current_batch_id())
         for identifier, _ in entries
     )
     _fill_primary_keys(task_type, instances)

@@ -16,6 +16,7 @@ from django.db import connections, transaction
 
 from atp.conf import conf
 from atp.engine.base import daemon_label, database
+from atp.engine.batches import current_batch_id
 from atp.engine.notify import QUEUE_CHANNEL
 from atp.engine.records import response_limit
 from atp.engine.sql import (
@@ -694,7 +695,8 @@ def enqueue_many(task_type, identifiers, data, priority, not_before, notify):
     changed since it was read. Raise ``IntegrityError`` for a live duplicate.
     """
     connection = connections[database()]
-    template = Instance(type=task_type, identifier="", priority=priority)
+    template = Instance(type=task_type, identifier="", priority=priority,
+                        batch_id=current_batch_id())
     task = Task(type=task_type, identifier="", priority=priority)
     inputs = Inputs(input_format=task_type.input_format, data="")
     record = LogRecord(status=Status.ACCEPTED, message="enqueued")

@@ -23,6 +23,7 @@ from django.utils import timezone
 
 from atp.conf import conf
 from atp.engine.base import daemon_label, database
+from atp.engine.batches import current_batch_id
 from atp.engine.notify import notify_runnable
 from atp.engine.records import response_limit
 from atp.engine.sql import (
@@ -413,7 +414,7 @@ TYPE_AS_READ = (f"SELECT 1 FROM {TYPE} WHERE id = %s AND identifier = %s AND inp
                 "AND COALESCE(max_input_bytes, %s) >= %s AND max_queued IS NULL")
 
 
-def enqueue_many(task_type, identifiers, data, priority, not_before, notify):
+def enqueue_many(task_type, identifiers, data, priority, not_before, notify, named=False):
     """Write tasks of ``task_type`` (an identifier and encoded inputs each): instance, queue
     row, inputs and first history entry, with statements built once; return ``(key,
     identifier, creation time)`` per task, or None when ``task_type`` changed since it
@@ -430,7 +431,8 @@ def enqueue_many(task_type, identifiers, data, priority, not_before, notify):
         if cursor.fetchone() is None:
             return None
         keys = _insert_instances(cursor, connection, identifiers, Instance(
-            type=task_type, identifier="", priority=priority, created=moment, updated=moment))
+            type=task_type, identifier="", priority=priority, created=moment, updated=moment,
+            named=named, batch_id=current_batch_id()))
         for model, values, varying in (
             (Task, Task(type=task_type, identifier="", priority=priority, enqueued=moment,
                         not_before=start, instance_id=0), ("instance_id", "identifier")),
@@ -485,5 +487,5 @@ def enqueue(task_type, instance, data, not_before, size, notify):
     """Write one task (``enqueue_many`` of one); return its key and creation time, or None
     when ``task_type`` changed since it was read."""
     rows = enqueue_many(task_type, [instance.identifier], [data], instance.priority, not_before,
-                        notify)
+                        notify, named=instance.named)
     return None if rows is None else rows[0][::2]

@@ -12,6 +12,7 @@ from django.db.models import F
 from django.db.models.functions import Now
 
 from atp.engine.base import pk_of, queue_write
+from atp.engine.batches import hold_open
 from atp.engine.lifecycle import (
     drop_waiting_row,
     fail,
@@ -104,6 +105,9 @@ def reenqueue(instance, message="", *, by=None):
 
 def _retry_ended(locked, message, by):
     pk = locked.pk
+    batch_id = Instance.objects.filter(pk=pk).values_list("batch_id", flat=True).get()
+    if batch_id is not None and not hold_open(batch_id):
+        message += f"; its batch #{batch_id} completed already and does not complete again"
     attempt = move(
         pk, Status.ACCEPTED, sources=set(ENDED_FOR_RETRY),
         changes={"restarts": 0, "retries": 0, "started": None, "finished": None},

@@ -10,11 +10,12 @@ from django.views.decorators.http import require_POST
 
 from atp import audit, engine
 from atp.converters import parse_task_id
+from atp.engine import batches
 from atp.exceptions import InvalidTransition, TaskAlreadyExists, TaskNotFound
 from atp.http import serve_response
-from atp.models import Instance, Response, Type
+from atp.models import Batch, Instance, Response, Type
 from atp.presentation import HISTORY_SHOWN, describe_inputs, refusal_reason, timeline
-from atp.states import IN_FLIGHT, LIVE, Status
+from atp.states import IN_FLIGHT, LIVE, TERMINAL, Status
 from atp.views.access import CHANGE, VIEW, VIEW_INPUTS, VIEW_RESPONSE, staff_member
 
 PAGE_SIZE = 50
@@ -90,6 +91,7 @@ def task_detail(request, pk):
         "response": Response.objects.filter(pk=pk).defer("data").first(),
         "may_view_response": request.user.has_perm(VIEW_RESPONSE),
         "is_final": instance.is_terminal,
+        "batch": batch_summary(instance.batch_id),
     }
     if request.GET.get("partial") == "1":
         return render(request, "atp/_task_live.html", context)
@@ -103,6 +105,22 @@ def task_detail(request, pk):
                  if can_change and instance.status in states],
     )
     return render(request, "atp/task_detail.html", context)
+
+
+def batch_summary(batch_id):
+    """Return the progress of batch ``batch_id`` for the task page (None: no batch)."""
+    if batch_id is None:
+        return None
+    found = Batch.objects.filter(pk=batch_id).first()
+    if found is None:
+        return None
+    counts = batches.progress([batch_id]).get(batch_id, {})
+    return {
+        "label": str(found), "total": sum(counts.values()),
+        "ended": sum(count for status, count in counts.items() if status in TERMINAL),
+        "failed": counts.get(Status.FAILED, 0), "cancelled": counts.get(Status.CANCELLED, 0),
+        "completed": found.completed, "completion_id": found.completion_id,
+    }
 
 
 @staff_member(VIEW)

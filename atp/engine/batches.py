@@ -1,0 +1,181 @@
+"""Batches: tasks enqueued together, and one task enqueued once they have all ended.
+
+    with atp.batch("reports.merge", inputs={"report": 42}) as batch:
+        for part in parts:
+            atp.enqueue("reports.part", {"part": part})
+
+Every task enqueued inside the block (``enqueue``, ``enqueue_many``, ``defer``,
+``enqueue_on_commit``) is a member. When the block ends the batch is sealed; once it is
+sealed and none of its members is live (all FINISHED, FAILED or CANCELLED), a daemon
+enqueues the on-complete task with the counts.
+
+Exactly once, across daemons: every daemon looks for such batches (``complete_due``),
+and completes each in a transaction that locks the batch's row, checks again that no
+member lives and that it is not completed, enqueues the on-complete task (named
+``batch-<id>-complete``) and marks the batch completed. A member re-enqueued by an
+operator locks the batch's row too (``hold_open``, in its own transaction), so it is
+either live when the completion looks (which then waits for it), or re-enqueued after
+the batch completed (it runs; the batch does not complete again).
+"""
+
+import contextlib
+import contextvars
+import logging
+
+from django.db import connections
+from django.db.models import Count, Exists, OuterRef
+from django.db.models.functions import Now
+
+from atp import registry
+from atp.db import database_now
+from atp.engine.base import database, queue_write
+from atp.engine.locks import for_update
+from atp.engine.types import get_type
+from atp.exceptions import AtpError, InvalidParameter, TaskAlreadyExists
+from atp.models import Batch, Instance
+from atp.serialization import dump_json, load_json
+from atp.states import LIVE, Status
+
+logger = logging.getLogger(__name__)
+
+_current = contextvars.ContextVar("atp_batch", default=None)
+
+
+def current_batch_id():
+    """Return the key of the batch whose block is running here, or None."""
+    batch = _current.get()
+    return None if batch is None else batch.pk
+
+
+@contextlib.contextmanager
+def batch(on_complete, *, inputs=None, name="", type=None):
+    """Group the tasks enqueued inside the block; enqueue ``on_complete`` once all ended.
+
+    ``on_complete`` is a task type identifier, or a module-level function (or its
+    dotted path) called with the batch's summary as ``atp.defer`` would, in a task of
+    type ``type`` (``atp.deferred`` by default). The on-complete task's inputs are
+    ``{"batch": id, "name": name, "total": n, "finished": n, "failed": n,
+    "cancelled": n, "inputs": inputs}``. Yields the ``Batch``. Raise
+    ``TaskTypeNotFound``, ``InvalidHandler``, ``InvalidParameter`` or
+    ``InputsNotSerializable`` before anything is written. Batches do not nest.
+    """
+    if _current.get() is not None:
+        raise InvalidParameter("batches do not nest: this block is inside another batch")
+    fields = _clean(on_complete, inputs, name, type)
+    created = Batch.objects.create(created=database_now(database()), **fields)
+    token = _current.set(created)
+    try:
+        yield created
+    finally:
+        _current.reset(token)
+        # Sealed also when the block raised: what it enqueued is queued (unless the
+        # caller's transaction rolls back, and the batch with it).
+        Batch.objects.filter(pk=created.pk).update(sealed=Now())
+        created.refresh_from_db(fields=["sealed"])
+
+
+@contextlib.contextmanager
+def member_of(batch_id):
+    """Run the block as inside the batch ``batch_id`` (an ``enqueue_on_commit`` queued
+    in a batch enqueues at the commit, when the block may be over)."""
+    token = _current.set(None if batch_id is None else Batch(pk=batch_id))
+    try:
+        yield
+    finally:
+        _current.reset(token)
+
+
+def _clean(on_complete, inputs, name, type):
+    if not isinstance(name, str) or len(name) > 255:
+        raise InvalidParameter(f"a batch name is a string of at most 255 characters, not {name!r}")
+    data = dump_json(inputs)
+    if callable(on_complete) or (isinstance(on_complete, str) and type is not None):
+        from atp.deferred import DEFERRED_TYPE, RUNNER, resolve
+
+        path = on_complete if isinstance(on_complete, str) else registry.handler_path(on_complete)
+        resolve(path)
+        task_type = get_type(type or DEFERRED_TYPE)
+        if task_type.handler != RUNNER:
+            raise InvalidParameter(
+                f"task type {task_type.identifier!r} does not run deferred calls (its handler "
+                f"is {task_type.handler}); give a type whose handler is {RUNNER!r}")
+        return {"on_complete": task_type.identifier, "function": path, "inputs": data,
+                "name": name}
+    if not isinstance(on_complete, str):
+        raise InvalidParameter(
+            f"on_complete is a task type identifier or a function, not {on_complete!r}")
+    return {"on_complete": get_type(on_complete).identifier, "inputs": data, "name": name}
+
+
+def hold_open(batch_id):
+    """Lock batch ``batch_id``'s row until the transaction ends (a member is re-enqueued):
+    its completion waits, then sees the member live again. Return whether the batch
+    is still open (not completed)."""
+    rows = Batch.objects.filter(pk=batch_id)
+    connection = connections[database()]
+    if connection.features.has_select_for_update:
+        rows = rows.select_for_update()
+    return rows.filter(completed__isnull=True).exists()
+
+
+def complete_due(limit=100):
+    """Enqueue the on-complete task of each sealed batch whose members all ended, once
+    across daemons; return the keys of the batches completed here."""
+    done = []
+    for pk in list(_due().values_list("pk", flat=True)[:limit]):
+        try:
+            if _complete(pk):
+                done.append(pk)
+        except AtpError as exc:  # its type went away, its queue is full...: next round
+            logger.error("batch #%s could not complete: %s", pk, exc)
+    return done
+
+
+def _due():
+    live = Instance.objects.filter(batch=OuterRef("pk"), status__in=LIVE)
+    return (Batch.objects.filter(completed__isnull=True, sealed__isnull=False)
+            .exclude(Exists(live)).order_by("pk"))
+
+
+@queue_write
+def _complete(pk):
+    # The row lock serialises daemons completing the same batch, and re-enqueues of
+    # its members (``hold_open``); what is read after it is what they committed.
+    locked = for_update(Batch.objects.filter(pk=pk, completed__isnull=True)).first()
+    if locked is None:
+        return False  # another daemon completed it
+    if Instance.objects.filter(batch=pk, status__in=LIVE).exists():
+        return False  # a member was re-enqueued meanwhile
+    counts = dict(Instance.objects.filter(batch=pk).values_list("status")
+                  .annotate(count=Count("pk")).values_list("status", "count"))
+    summary = {
+        "batch": pk, "name": locked.name, "total": sum(counts.values()),
+        "finished": counts.get(Status.FINISHED, 0), "failed": counts.get(Status.FAILED, 0),
+        "cancelled": counts.get(Status.CANCELLED, 0), "inputs": load_json(locked.inputs),
+    }
+    from atp.engine.enqueue import enqueue
+
+    if locked.function:
+        inputs = {"function": locked.function, "args": [summary], "kwargs": {}}
+    else:
+        inputs = summary
+    try:
+        completion = enqueue(locked.on_complete, inputs, identifier=f"batch-{pk}-complete")
+    except TaskAlreadyExists:  # cannot happen while the row lock is held: say so loudly
+        logger.error("batch #%s: its on-complete task exists already; not enqueued again", pk)
+        completion = None
+    Batch.objects.filter(pk=pk).update(
+        completed=Now(), completion=completion, total=summary["total"],
+        finished=summary["finished"], failed=summary["failed"],
+        cancelled=summary["cancelled"])
+    return True
+
+
+def progress(batches):
+    """Return ``{batch key: {status: count}}`` of the members of ``batches`` (keys)."""
+    found = {}
+    for pk, status, count in (Instance.objects.filter(batch__in=list(batches))
+                              .values_list("batch", "status").annotate(count=Count("pk"))
+                              .values_list("batch", "status", "count")):
+        found.setdefault(pk, {})[status] = count
+    return found

@@ -1,0 +1,50 @@
+import re
+
+import pytest
+
+import atp
+from atp import engine
+from atp.engine.batches import complete_due
+from atp.states import Status
+from tests.factories import drive
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def batch(noop_type):
+    atp.register_task_type("tests.done", "tests.handlers.noop")
+    with atp.batch("tests.done", name="nightly") as made:
+        tasks = atp.enqueue_many("tests.noop", [{}] * 4)
+    drive(tasks[0], Status.FINISHED)
+    drive(tasks[1], Status.FAILED)
+    engine.cancel(tasks[2])
+    made.tasks = tasks
+    return made
+
+
+def test_the_batch_list_shows_progress_and_failures(log_in, batch):
+    admin = log_in("superuser")
+    page = admin.get("/admin/atp/batch/").content.decode()
+    row = re.search(r"batch #\d+ nightly.*?</tr>", page, re.S).group(0)
+    assert 'value="75"></progress> 3 / 4' in row
+    assert '<td class="field-failed_members">1, 1</td>' in row
+    assert "add" not in page.split("object-tools")[-1][:300]
+
+
+def test_a_completed_batch_links_its_on_complete_task(log_in, batch):
+    drive(batch.tasks[3], Status.FINISHED)
+    complete_due()
+    batch.refresh_from_db()
+    admin = log_in("superuser")
+    page = admin.get(f"/admin/atp/batch/{batch.pk}/change/").content.decode()
+    assert f'/admin/atp/instance/{batch.completion_id}/change/">#{batch.completion_id}</a>' in page
+    assert admin.post(f"/admin/atp/batch/{batch.pk}/change/", {"name": "x"}).status_code == 403
+
+
+def test_the_task_page_shows_its_batch(log_in, batch):
+    staff = log_in("can change")
+    page = staff.get(f"/atp/tasks/{batch.tasks[3].pk}/").content.decode()
+    assert re.search(r"batch #\d+ nightly: 3 of 4 ended \(1 failed, 1 cancelled\)", page)
+    member = log_in("superuser").get(f"/admin/atp/instance/{batch.tasks[3].pk}/change/")
+    assert re.search(r"batch #\d+ nightly", member.content.decode())

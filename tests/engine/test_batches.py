@@ -1,0 +1,181 @@
+"""Batches: members enqueued in ``atp.batch``, one on-complete task once all ended."""
+
+import pytest
+
+import atp
+from atp import engine
+from atp.engine.batches import complete_due, progress
+from atp.exceptions import (
+    InputsNotSerializable,
+    InvalidHandler,
+    InvalidParameter,
+    TaskTypeNotFound,
+)
+from atp.models import Batch, Instance, LogRecord
+from atp.serialization import load_json
+from atp.states import Status
+from tests.factories import drive
+from tests.interleave import interleave
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def done_type(db):
+    return atp.register_task_type("tests.done", "tests.handlers.noop")
+
+
+def completions():
+    return list(Instance.objects.filter(type__identifier="tests.done"))
+
+
+def test_every_way_of_enqueueing_inside_the_block_makes_a_member(
+        noop_type, done_type, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        with atp.batch("tests.done", inputs={"report": 42}, name="parts") as batch:
+            one = atp.enqueue("tests.noop")
+            many = atp.enqueue_many("tests.noop", [{}] * 3)
+            deferred = atp.defer("tests.handlers.multiply", 1, 2)
+            atp.enqueue_on_commit("tests.noop")  # at the commit, after the block
+    outside = atp.enqueue("tests.noop")
+    members = set(Instance.objects.filter(batch=batch).values_list("pk", flat=True))
+    assert {one.pk, deferred.pk, *(task.pk for task in many)} <= members
+    assert len(members) == 6 and outside.pk not in members
+    assert one.batch_id == batch.pk and many[0].batch_id == batch.pk
+    batch.refresh_from_db()
+    assert batch.sealed is not None and batch.completed is None
+
+
+def test_the_on_complete_task_comes_once_every_member_ended(noop_type, done_type):
+    with atp.batch("tests.done", inputs={"report": 42}, name="parts") as batch:
+        tasks = atp.enqueue_many("tests.noop", [{}] * 4)
+    drive(tasks[0], Status.FINISHED)
+    drive(tasks[1], Status.FAILED)
+    engine.cancel(tasks[2])
+    assert complete_due() == [] and completions() == []  # one still waits
+    drive(tasks[3], Status.FINISHED)
+    assert complete_due() == [batch.pk]
+    assert complete_due() == []
+    [completion] = completions()
+    assert load_json(completion.inputs.data) == {
+        "batch": batch.pk, "name": "parts", "total": 4, "finished": 2, "failed": 1,
+        "cancelled": 1, "inputs": {"report": 42}}
+    assert completion.identifier == f"batch-{batch.pk}-complete"
+    batch.refresh_from_db()
+    assert (batch.completion_id, batch.total, batch.finished, batch.failed, batch.cancelled) == (
+        completion.pk, 4, 2, 1, 1)
+
+
+def test_a_batch_is_not_complete_before_its_block_ended(noop_type, done_type):
+    with atp.batch("tests.done") as batch:
+        task = atp.enqueue("tests.noop")
+        engine.cancel(task)
+        assert complete_due() == []
+    assert complete_due() == [batch.pk]
+
+
+def test_an_empty_batch_completes_at_once(done_type):
+    with atp.batch("tests.done") as batch:
+        pass
+    assert complete_due() == [batch.pk]
+    assert load_json(completions()[0].inputs.data)["total"] == 0
+
+
+def test_a_member_re_enqueued_before_completion_is_waited_for(noop_type, done_type):
+    with atp.batch("tests.done") as batch:
+        task = atp.enqueue("tests.noop")
+    drive(task, Status.FAILED)
+    atp.reenqueue(task)
+    assert complete_due() == []
+    drive(Instance.objects.get(pk=task.pk), Status.FINISHED)
+    assert complete_due() == [batch.pk]
+    assert load_json(completions()[0].inputs.data)["finished"] == 1
+
+
+def test_a_member_re_enqueued_after_completion_runs_without_a_second_completion(
+        noop_type, done_type):
+    with atp.batch("tests.done") as batch:
+        task = atp.enqueue("tests.noop")
+    drive(task, Status.FAILED)
+    assert complete_due() == [batch.pk]
+    atp.reenqueue(task)
+    assert "does not complete again" in LogRecord.objects.filter(instance=task).last().message
+    drive(Instance.objects.get(pk=task.pk), Status.FINISHED)
+    assert complete_due() == []
+    assert len(completions()) == 1
+
+
+def test_a_function_can_be_the_on_complete(noop_type):
+    with atp.batch("tests.handlers.summarise", type="atp.deferred") as batch:
+        engine.cancel(atp.enqueue("tests.noop"))
+    assert complete_due() == [batch.pk]
+    completion = Instance.objects.get(type__identifier="atp.deferred")
+    inputs = load_json(completion.inputs.data)
+    assert inputs["function"] == "tests.handlers.summarise"
+    assert inputs["args"][0]["cancelled"] == 1
+
+
+@pytest.mark.parametrize("call, error, message", [
+    (lambda: atp.batch("tests.nope"), TaskTypeNotFound, "tests.nope"),
+    (lambda: atp.batch(42), InvalidParameter, "on_complete is a task type identifier"),
+    (lambda: atp.batch("tests.done", inputs=object()), InputsNotSerializable, "object"),
+    (lambda: atp.batch("os.system", type="atp.deferred"), InvalidHandler, "os.system"),
+    (lambda: atp.batch("tests.done", name="x" * 256), InvalidParameter, "at most 255"),
+])
+def test_a_bad_batch_is_refused_before_anything_is_written(done_type, call, error, message):
+    with pytest.raises(error, match=message):
+        with call():
+            pytest.fail("the block ran")
+    assert not Batch.objects.exists()
+
+
+def test_batches_do_not_nest(done_type):
+    with atp.batch("tests.done"):
+        with pytest.raises(InvalidParameter, match="do not nest"):
+            with atp.batch("tests.done"):
+                pass
+
+
+def test_a_block_that_raises_still_seals_what_it_enqueued(noop_type, done_type):
+    with pytest.raises(RuntimeError):
+        with atp.batch("tests.done") as batch:
+            engine.cancel(atp.enqueue("tests.noop"))
+            raise RuntimeError("boom")
+    assert atp.enqueue("tests.noop").batch_id is None  # the block is over
+    assert complete_due() == [batch.pk]
+
+
+def test_progress_counts_members_by_state(noop_type, done_type):
+    with atp.batch("tests.done") as batch:
+        tasks = atp.enqueue_many("tests.noop", [{}] * 3)
+    drive(tasks[0], Status.FINISHED)
+    assert progress([batch.pk]) == {batch.pk: {Status.FINISHED: 1, Status.ACCEPTED: 2}}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_daemons_completing_the_same_batch_enqueue_once(noop_type, done_type):
+    with atp.batch("tests.done") as batch:
+        engine.cancel(atp.enqueue("tests.noop"))
+    first, second = interleave(complete_due, complete_due,
+                               pause_after=r'INSERT INTO "atp_logrecord"')
+    assert sorted(first.get() + second.get()) == [batch.pk]
+    assert len(completions()) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_re_enqueue_racing_the_completion_is_either_waited_for_or_after_it(
+        noop_type, done_type):
+    """The re-enqueue holds the batch's row from before it makes the member live: the
+    completion, run while the re-enqueue is paused uncommitted, waits for it and then
+    sees the member live (without the lock it completed the batch under it)."""
+    with atp.batch("tests.done") as batch:
+        task = atp.enqueue("tests.noop")
+    drive(task, Status.FAILED)
+    first, second = interleave(lambda: atp.reenqueue(task), complete_due,
+                               pause_after=r'INSERT INTO "atp_logrecord"')
+    first.get()
+    assert second.get() == []  # it waited for the re-enqueue, then saw the member live
+    assert completions() == []
+    drive(Instance.objects.get(pk=task.pk), Status.FINISHED)
+    assert complete_due() == [batch.pk]
+    assert len(completions()) == 1

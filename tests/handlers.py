@@ -273,3 +273,34 @@ def wait_for_file(task, inputs):
     """Wait until the file ``inputs["path"]`` exists (a test opens the way)."""
     while not os.path.exists(inputs["path"]):
         time.sleep(0.02)
+
+
+# The message-resend pattern of docs/queue-features.md, with a dictionary for a model:
+# a message is sent, then re-sent every ``every`` seconds until it is acknowledged, at
+# most MAX_SENDS times, each send a named task enqueued by the one before.
+MAX_SENDS = 5
+MESSAGES = {}  # message id -> {"acknowledged": bool, "sends": [send numbers]}
+
+
+def start_sending(message_id, every):
+    """Send message ``message_id`` now and re-send it until acknowledged."""
+    queue_send(message_id, 1, every, countdown=0)
+
+
+def queue_send(message_id, send, every, countdown):
+    try:
+        atp.enqueue("tests.resend", {"message": message_id, "send": send, "every": every},
+                    identifier=f"resend-{message_id}-{send}", countdown=countdown)
+    except atp.exceptions.TaskAlreadyExists:
+        pass  # that send is queued or done already: a message is never sent twice at once
+
+
+def resend(task, inputs):
+    message = MESSAGES[inputs["message"]]
+    if message["acknowledged"]:
+        return "acknowledged"
+    message["sends"].append(inputs["send"])  # deliver(message)
+    if inputs["send"] < MAX_SENDS:
+        queue_send(inputs["message"], inputs["send"] + 1, inputs["every"],
+                   countdown=inputs["every"])
+    return f"send {inputs['send']}"

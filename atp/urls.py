@@ -5,6 +5,7 @@ from django.urls import path, register_converter
 from atp.converters import TaskIdConverter
 from atp.views.dashboard import dashboard
 from atp.views.tasks import task_action, task_detail, task_list, task_response, task_status
+from atp.views.types import type_action
 
 app_name = "atp"
 
@@ -17,4 +18,5 @@ urlpatterns = [
     path("tasks/<atp_task_id:pk>.json", task_status, name="task_status"),
     path("tasks/<atp_task_id:pk>/response", task_response, name="task_response"),
     path("tasks/<atp_task_id:pk>/<slug:verb>/", task_action, name="task_action"),
+    path("types/<int:pk>/<slug:verb>/", type_action, name="type_action"),
 ]

@@ -6,6 +6,7 @@ from django.utils import timezone
 from atp import stats
 from atp.states import LIVE, TERMINAL
 from atp.views.access import VIEW, staff_member
+from atp.views.types import type_buttons
 
 
 @staff_member(VIEW)
@@ -22,6 +23,7 @@ def dashboard(request):
         "ended_states": TERMINAL,
         "recent": stats.RECENT,
         "now": now,
+        "type_buttons": type_buttons(request.user),
     }
     partial = request.GET.get("partial") == "1"
     return render(request, "atp/_dashboard.html" if partial else "atp/dashboard.html", context)

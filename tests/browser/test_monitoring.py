@@ -63,3 +63,18 @@ def test_a_failed_task_is_re_enqueued_from_the_admin(logged_in, live_server, noo
     row = logged_in.locator("#result_list tbody tr", has_text=re.compile(rf"^\s*{failed.pk}\b"))
     expect(logged_in.locator("#result_list")).to_contain_text("accepted")
     assert row is not None
+
+
+def test_a_purge_from_the_dashboard_asks_first(logged_in, live_server, noop_type):
+    atp.enqueue_many("tests.noop", [{}] * 2)
+    logged_in.goto(f"{live_server.url}/atp/")
+    row = logged_in.locator("#atp-type-counts tr", has_text="tests.noop")
+    logged_in.once("dialog", lambda dialog: dialog.dismiss())
+    row.get_by_role("button", name="Purge").click()
+    expect(row.locator("td").nth(1)).to_have_text("2")  # still waiting: nothing was sent
+    assert set(Instance.objects.values_list("status", flat=True)) == {Status.ACCEPTED}
+    logged_in.once("dialog", lambda dialog: dialog.accept())
+    with logged_in.expect_navigation():
+        row.get_by_role("button", name="Purge").click()
+    expect(logged_in.locator("body")).to_contain_text("2 waiting task(s) cancelled")
+    assert set(Instance.objects.values_list("status", flat=True)) == {Status.CANCELLED}

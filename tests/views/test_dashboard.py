@@ -5,7 +5,7 @@ import pytest
 from django.db.models import F
 
 import atp
-from atp.models import Daemon
+from atp.models import Daemon, Instance, LogRecord, Type
 from atp.states import Status
 from tests.factories import TaskFactory
 
@@ -51,3 +51,40 @@ def test_the_dashboard_shows_the_waiting_queue_and_live_daemons(log_in, noop_typ
 def test_the_dashboard_refreshes_itself(log_in):
     page = log_in("view only").get("/atp/").content.decode()
     assert 'data-atp-refresh="/atp/?partial=1"' in page and "atp/live.js" in page
+
+
+def test_types_are_paused_resumed_and_purged_from_the_dashboard(log_in, noop_type):
+    waiting = atp.enqueue_many("tests.noop", [{}] * 3)
+    operator = log_in("superuser")
+    page = operator.get("/atp/").content.decode()
+    assert f'action="/atp/types/{noop_type.pk}/pause/"' in page
+    assert f'action="/atp/types/{noop_type.pk}/resume/"' not in page  # not paused
+    response = operator.post(f"/atp/types/{noop_type.pk}/pause/", follow=True)
+    assert "Type tests.noop paused." in response.content.decode()
+    assert Type.objects.get(pk=noop_type.pk).is_paused
+    assert f'action="/atp/types/{noop_type.pk}/resume/"' in response.content.decode()
+    response = operator.post(f"/atp/types/{noop_type.pk}/purge/", follow=True)
+    assert "3 waiting task(s) cancelled" in response.content.decode()
+    assert {Instance.objects.get(pk=task.pk).status for task in waiting} == {Status.CANCELLED}
+    assert "from atp's pages" in LogRecord.objects.filter(instance=waiting[0]).last().message
+    operator.post(f"/atp/types/{noop_type.pk}/resume/")
+    assert not Type.objects.get(pk=noop_type.pk).is_paused
+
+
+@pytest.mark.parametrize("role, verb", [
+    ("view only", "pause"), ("view only", "purge"), ("can change", "pause"),
+])
+def test_a_type_button_needs_its_permission(log_in, noop_type, role, verb):
+    atp.enqueue("tests.noop")
+    client = log_in(role)
+    assert client.post(f"/atp/types/{noop_type.pk}/{verb}/").status_code == 403
+    assert f"/atp/types/{noop_type.pk}/{verb}/" not in client.get("/atp/").content.decode()
+    assert not Type.objects.get(pk=noop_type.pk).is_paused
+    assert Instance.objects.get().status == Status.ACCEPTED
+
+
+def test_a_type_button_only_takes_a_post_and_known_verbs(log_in, noop_type):
+    operator = log_in("superuser")
+    assert operator.get(f"/atp/types/{noop_type.pk}/pause/").status_code == 405
+    assert operator.post(f"/atp/types/{noop_type.pk}/delete/").status_code == 404
+    assert operator.post("/atp/types/999999/pause/").status_code == 404

@@ -2,6 +2,7 @@
 // An element with data-atp-refresh="URL" gets its content replaced by the HTML the
 // URL returns, every data-atp-interval milliseconds (default 3000), while the page is
 // visible. It stops once the content it got holds an element with data-atp-final.
+// A form with data-atp-confirm="question" is sent only once the user agrees.
 (function () {
   "use strict";
 
@@ -43,5 +44,12 @@
 
   document.addEventListener("DOMContentLoaded", function () {
     document.querySelectorAll("[data-atp-refresh]").forEach(poll);
+  });
+  // On the document: forms refreshed in place are covered too.
+  document.addEventListener("submit", function (event) {
+    var question = event.target.dataset && event.target.dataset.atpConfirm;
+    if (question && !window.confirm(question)) {
+      event.preventDefault();
+    }
   });
 }());

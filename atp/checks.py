@@ -18,6 +18,7 @@ atp.E014  A type declared with input_format="pickle" while ATP_PICKLE_ENABLED is
 atp.E015  ATP_ENGINE is neither "auto" nor "orm".
 atp.E016  ATP_PREPARED_STATEMENTS is not a boolean.
 atp.E022  ATP_SCHEDULE_GRACE_SECONDS is not a non-negative number.
+atp.E023  ATP_UNSEALED_BATCH_SECONDS is not a non-negative number.
 """
 
 from django.apps import apps
@@ -59,6 +60,7 @@ def check_settings(app_configs=None, **kwargs):
     errors += _check_daemon_timing()
     errors += _non_negative_seconds("PROGRESS_INTERVAL_SECONDS", "atp.E010")
     errors += _non_negative_seconds("SCHEDULE_GRACE_SECONDS", "atp.E022")
+    errors += _non_negative_seconds("UNSEALED_BATCH_SECONDS", "atp.E023")
     if not _is_positive_int(conf.TRACEBACK_MAX_CHARS):
         errors.append(Error("ATP_TRACEBACK_MAX_CHARS must be a positive integer.", id="atp.E009"))
     for name in ("MAX_INPUT_BYTES", "MAX_RESPONSE_BYTES"):

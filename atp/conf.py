@@ -111,5 +111,11 @@ class AtpSettings:
         a due time passed longer ago (no daemon ran then) is skipped."""
         return getattr(settings, "ATP_SCHEDULE_GRACE_SECONDS", 60.0)
 
+    @property
+    def UNSEALED_BATCH_SECONDS(self):
+        """How long after its creation a batch whose block never ended (its process was
+        killed inside it) is sealed by the daemons, so that it can complete."""
+        return getattr(settings, "ATP_UNSEALED_BATCH_SECONDS", 3600.0)
+
 
 conf = AtpSettings()

@@ -8,7 +8,7 @@ from django.utils import timezone
 
 import atp
 from atp.daemon.execution import run_task
-from atp.models import Instance, Task
+from atp.models import Instance, LogRecord, Task
 from atp.states import LIVE, Status
 from tests import handlers
 from tests.factories import claim_exactly
@@ -51,8 +51,10 @@ def test_an_unacknowledged_message_is_sent_five_times_one_after_the_other(resend
         assert task.status == Status.FINISHED
     assert handlers.MESSAGES[7]["sends"] == [1, 2, 3, 4, 5]
     assert [task.identifier for task in ran] == [f"resend-7-{n}" for n in range(1, 6)]
-    for earlier, later in zip(ran, ran[1:], strict=False):
-        assert later.created >= earlier.started, "a send was queued before the one before ran"
+    for earlier, later in zip(ran, ran[1:], strict=False):  # in the order of the history
+        started = LogRecord.objects.get(instance=earlier, status=Status.RUNNING).pk
+        queued = LogRecord.objects.get(instance=later, status=Status.ACCEPTED).pk
+        assert started < queued, "a send was queued before the one before ran"
 
 
 def test_an_acknowledged_message_is_sent_no_more(resend_type, daemon):

@@ -96,6 +96,12 @@ def complete_batches():
     return len(batches.complete_due())
 
 
+def tend_batches():
+    """Seal the batches whose block never ended, and delete completed ones nothing is
+    left of; return how many of each."""
+    return batches.seal_forgotten(), batches.purge_completed()
+
+
 def enqueue_due_schedules():
     """Enqueue the due runs of every schedule, once across all daemons (see
     ``atp.engine.schedules``); return how many tasks, and the seconds until the next

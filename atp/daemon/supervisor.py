@@ -373,7 +373,8 @@ class Supervisor:
         if self.maintenance.is_due(now):
             self._reload_catalog()
             maintenance.reap_stale_daemons(self.daemon)
-            maintenance.purge_expired()
+            self._duty("purging ended tasks and tombstones", maintenance.purge_expired)
+            self._duty("tending batches", maintenance.tend_batches)
             maintenance.prune_stopped_daemons()
             maintenance.tend_queue_table()
             self.maintenance.done(now)
@@ -386,16 +387,23 @@ class Supervisor:
             self._claim(now)  # writes the reported ends too, in the same statement
         self._settle()
 
-    def _complete_batches(self):
-        """Enqueue the on-complete task of each batch whose members all ended."""
+    @staticmethod
+    def _duty(what, duty):
+        """Run a duty that is not the daemon's own work (others' tasks, batches, purges);
+        return what it returns, or None when it failed otherwise than by the connection:
+        logged, and tried again at its next turn, not the end of the daemon."""
         try:
-            completed = maintenance.complete_batches()
+            return duty()
         except CONNECTION_ERRORS:
             raise
-        except Exception:  # a write the database refused: not the end of the daemon
-            logger.exception("completing batches failed")
-            return
-        self.should_claim = self.should_claim or completed > 0
+        except Exception:  # a write the database refused
+            logger.exception("%s failed", what)
+            return None
+
+    def _complete_batches(self):
+        """Enqueue the on-complete task of each batch whose members all ended."""
+        completed = self._duty("completing batches", maintenance.complete_batches)
+        self.should_claim = self.should_claim or bool(completed)
 
     def _enqueue_schedules(self, now):
         """Enqueue the due runs of schedules; note when the next comes due, if before

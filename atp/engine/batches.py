@@ -20,13 +20,16 @@ the batch completed (it runs; the batch does not complete again).
 
 import contextlib
 import contextvars
+import datetime
 import logging
 
-from django.db import connections
+import django
+from django.db import connections, transaction
 from django.db.models import Count, Exists, OuterRef
 from django.db.models.functions import Now
 
 from atp import registry
+from atp.conf import conf
 from atp.db import database_now
 from atp.engine.base import database, queue_write
 from atp.engine.locks import for_update
@@ -41,10 +44,16 @@ logger = logging.getLogger(__name__)
 _current = contextvars.ContextVar("atp_batch", default=None)
 
 
-def current_batch_id():
-    """Return the key of the batch whose block is running here, or None."""
+def current_batch_id(*, on_commit=False):
+    """Return the key of the batch whose block is running here, or None. ``on_commit``:
+    the caller enqueues its member once the transaction commits (the batch is then
+    sealed after it)."""
     batch = _current.get()
-    return None if batch is None else batch.pk
+    if batch is None:
+        return None
+    if on_commit:
+        batch.members_on_commit = True
+    return batch.pk
 
 
 @contextlib.contextmanager
@@ -68,10 +77,50 @@ def batch(on_complete, *, inputs=None, name="", type=None):
         yield created
     finally:
         _current.reset(token)
-        # Sealed also when the block raised: what it enqueued is queued (unless the
-        # caller's transaction rolls back, and the batch with it).
-        Batch.objects.filter(pk=created.pk).update(sealed=Now())
-        created.refresh_from_db(fields=["sealed"])
+        _seal(created)
+
+
+def _seal(made):
+    """Seal the batch ``made`` once its members are all enqueued: now, or, when the block
+    called ``enqueue_on_commit`` in a transaction, once it commits, after the members
+    enqueued then (on-commit callbacks run in order). Also when the block raised: what it enqueued is
+    queued (unless the transaction rolls back, and the batch with it). A batch left
+    unsealed (its process died in the block) is sealed by the daemons later
+    (``seal_forgotten``)."""
+    connection = connections[database()]
+    if connection.needs_rollback:
+        return  # the transaction is lost, the batch with it: nothing to seal
+    if not (connection.in_atomic_block and getattr(made, "members_on_commit", False)):
+        Batch.objects.filter(pk=made.pk).update(sealed=Now())
+        made.refresh_from_db(fields=["sealed"])
+        return
+    options = {"robust": True} if django.VERSION >= (5, 0) else {}
+    transaction.on_commit(
+        lambda: Batch.objects.filter(pk=made.pk, sealed__isnull=True).update(sealed=Now()),
+        using=database(), **options)
+
+
+def seal_forgotten():
+    """Seal the batches created longer than ``ATP_UNSEALED_BATCH_SECONDS`` ago whose block
+    never ended (its process was killed in it); return how many."""
+    cutoff = Now() - datetime.timedelta(seconds=conf.UNSEALED_BATCH_SECONDS)
+    forgotten = list(Batch.objects.filter(sealed__isnull=True, created__lt=cutoff)
+                     .values_list("pk", flat=True)[:1000])
+    if forgotten:
+        logger.warning("sealing %s batch(es) whose block never ended: %s", len(forgotten),
+                       ", ".join(f"#{pk}" for pk in forgotten))
+        Batch.objects.filter(pk__in=forgotten, sealed__isnull=True).update(sealed=Now())
+    return len(forgotten)
+
+
+def purge_completed(batch_size=1000):
+    """Delete completed batches with neither a member nor their on-complete task left
+    (retention purged them); return how many."""
+    gone = (Batch.objects.filter(completed__isnull=False, completion__isnull=True)
+            .exclude(Exists(Instance.objects.filter(batch=OuterRef("pk")))))
+    deleted, _ = Batch.objects.filter(
+        pk__in=list(gone.values_list("pk", flat=True)[:batch_size])).delete()
+    return deleted
 
 
 @contextlib.contextmanager
@@ -111,11 +160,9 @@ def hold_open(batch_id):
     """Lock batch ``batch_id``'s row until the transaction ends (a member is re-enqueued):
     its completion waits, then sees the member live again. Return whether the batch
     is still open (not completed)."""
-    rows = Batch.objects.filter(pk=batch_id)
-    connection = connections[database()]
-    if connection.features.has_select_for_update:
-        rows = rows.select_for_update()
-    return rows.filter(completed__isnull=True).exists()
+    # NO KEY UPDATE where there is one: enqueues into the batch (a member's foreign
+    # key) do not wait for it.
+    return for_update(Batch.objects.filter(pk=batch_id, completed__isnull=True)).exists()
 
 
 def complete_due(limit=100):

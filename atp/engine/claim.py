@@ -158,9 +158,11 @@ def _next_token(type_ids):
         tokens = tokens_now(rate, size, tokens, tokens_at, now)
         if tokens < 1:
             waits[type_id] = seconds_to_token(rate, tokens)
-    runnable = set(Task.objects.filter(
-        type_id__in=waits, daemon__isnull=True, paused_since__isnull=True,
-        not_before__lte=Now()).values_list("type_id", flat=True).distinct()) if waits else ()
+    # One probe per empty bucket, stopping at its first runnable task (the type's rows
+    # are read through the unique (type, identifier) index).
+    runnable = [type_id for type_id in waits if Task.objects.filter(
+        type_id=type_id, daemon__isnull=True, paused_since__isnull=True,
+        not_before__lte=Now()).exists()]
     return min((waits[type_id] for type_id in runnable), default=None)
 
 
@@ -290,7 +292,8 @@ def _spend_tokens(buckets, claimed_types):
     spent = collections.Counter(claimed_types)
     now = database_now(database())
     for type_id, tokens in buckets.items():
-        Type.objects.filter(pk=type_id).update(tokens=tokens - spent[type_id], tokens_at=now)
+        if spent[type_id]:  # a bucket none was taken from stays as it is
+            Type.objects.filter(pk=type_id).update(tokens=tokens - spent[type_id], tokens_at=now)
 
 
 def _take(limit, limits):

@@ -77,7 +77,7 @@ def enqueue_on_commit(type_identifier, inputs=None, *, identifier=None, priority
     _schedule(eta, countdown)
     _dump(inputs, get_type(type_identifier))
     inputs = copy.deepcopy(inputs)  # as they are now, not as the caller may change them
-    batch_id = current_batch_id()  # a member of the batch whose block runs now
+    batch_id = current_batch_id(on_commit=True)  # a member of the batch whose block runs now
 
     def enqueue_now():
         with member_of(batch_id):
@@ -202,8 +202,8 @@ def _check_name_free(task_type, instance, now):
     since = now - task_type.dedup_window
     name = instance.identifier
     ended = max(filter(None, [
-        Instance.objects.filter(type=task_type, identifier=name, status__in=TERMINAL,
-                                finished__gt=since).exclude(pk=instance.pk)
+        Instance.objects.filter(type=task_type, identifier=name, named=True,
+                                status__in=TERMINAL, finished__gt=since).exclude(pk=instance.pk)
         .aggregate(last=Max("finished"))["last"],
         Tombstone.objects.filter(type=task_type, identifier=name, ended__gt=since)
         .values_list("ended", flat=True).first(),

@@ -10,7 +10,12 @@ The one order, in every transaction that locks more than one of them:
 1. the daemon's registry row (a claim, a reaper declaring a daemon stopped);
 2. the task types' rows (a claim of types with ``max_concurrency`` or ``rate``);
 3. the task's queue row (``Task``);
-4. the task (``Instance``).
+4. the task (``Instance``);
+5. a batch's row (a member's re-enqueue, after the member; the batch's completion,
+   which locks no member and then only creates new rows: ``atp.engine.batches``);
+6. tombstones (written by the purge holding the tasks it deletes).
+
+A schedule's row is locked alone, before the enqueue of its run creates new rows.
 
 A transaction takes a lock it needs before any lock later in the list, so two of
 them meet on the earliest row they share and the second waits there: no deadlock,

@@ -71,21 +71,33 @@ def _delete_locked(tasks):
 
 def _bury(pks):
     """Write a tombstone for each named task among ``pks`` (ended, about to be deleted)
-    whose name its type's ``dedup_window`` still holds: the name stays taken."""
-    named = list(Instance.objects.filter(
+    whose name its type's ``dedup_window`` still holds: the name stays taken. A name
+    keeps one tombstone, with the latest end of its tasks."""
+    named = Instance.objects.filter(
         pk__in=pks, named=True, finished__isnull=False, type__dedup_window__isnull=False,
-    ).values_list("type_id", "identifier", "finished", "type__dedup_window"))
-    if not named:
-        return
+    ).values_list("type_id", "identifier", "finished", "type__dedup_window")
     now = database_now(database())
-    stones = [Tombstone(type_id=type_id, identifier=name, ended=ended)
-              for type_id, name, ended, window in named if ended + window > now]
-    if not stones:
+    latest = {}
+    for type_id, name, ended, window in named:
+        if ended + window > now and ended > latest.get((type_id, name), ended - window):
+            latest[(type_id, name)] = ended
+    if not latest:
         return
-    upsert = {"update_conflicts": True, "update_fields": ["ended"]}
-    if connections[database()].features.supports_update_conflicts_with_target:
-        upsert["unique_fields"] = ["type", "identifier"]
-    Tombstone.objects.bulk_create(stones, **upsert)
+    kept = {(stone.type_id, stone.identifier): stone for stone in Tombstone.objects.filter(
+        type_id__in={type_id for type_id, _ in latest},
+        identifier__in={name for _, name in latest})}
+    later = []
+    for key, ended in latest.items():
+        stone = kept.get(key)
+        if stone is not None and stone.ended < ended:
+            stone.ended = ended
+            later.append(stone)
+    Tombstone.objects.bulk_update(later, ["ended"])
+    # A tombstone another purge writes meanwhile for the same name stays as it wrote it.
+    Tombstone.objects.bulk_create(
+        [Tombstone(type_id=type_id, identifier=name, ended=ended)
+         for (type_id, name), ended in latest.items() if (type_id, name) not in kept],
+        ignore_conflicts=True)
 
 
 def purge_tombstones(*, batch_size=None, max_batches=None):

@@ -141,12 +141,14 @@ limited AS (
 
 def _claim_steps(picked, *, spends=False):
     """Return the claim's steps after ``picked``; with ``spends``, a last step takes a token
-    from the bucket of each rate-limited type locked (``bucket``) per task it leased."""
+    from the bucket of each rate-limited type locked (``bucket``) per task it leased (a
+    bucket none was taken from is left as it is: its refill counts from the same time)."""
     spent = "" if not spends else f""", spent AS (
     UPDATE {TYPE} ty SET tokens = b.tokens_now - (
             SELECT count(*) FROM leased l WHERE l.type_id = b.id),
         tokens_at = GREATEST(STATEMENT_TIMESTAMP(), coalesce(b.tokens_at, STATEMENT_TIMESTAMP()))
     FROM bucket b WHERE ty.id = b.id AND b.locked AND b.rate IS NOT NULL
+        AND EXISTS (SELECT 1 FROM leased l WHERE l.type_id = b.id)
 )"""
     return f"""{_KINDS_AND_ALIVE}{picked}
 ranked AS (

@@ -183,7 +183,7 @@ def claim(daemon, limit, type_ids, start=0, inputs=False, limited=False):
         if buckets:
             spent = collections.Counter(instance.type_id for instance in claimed)
             cursor.executemany(SPEND, [(tokens - spent[pk], now, pk)
-                                       for pk, tokens in buckets.items()])
+                                       for pk, tokens in buckets.items() if spent[pk]])
     return claimed, [pk for pk in keys if pk not in instances]
 
 

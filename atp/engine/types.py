@@ -12,6 +12,7 @@ from atp.engine.locks import for_update
 from atp.engine.notify import notify_runnable
 from atp.exceptions import InvalidParameter, TaskTypeInUse, TaskTypeNotFound
 from atp.models import Instance, LogRecord, Task, Type
+from atp.rates import DEFAULT_BUCKET_SIZE, tokens_now
 from atp.retry import DEFAULT_MAX_BACKOFF, DEFAULT_MIN_BACKOFF
 from atp.serialization import check_text
 from atp.states import TRANSITIONS, Status
@@ -58,16 +59,25 @@ def _check_backoffs(task_type, parameters):
 
 
 def _check_rate(task_type, parameters):
-    """Return ``parameters`` with a full bucket when they change the type's ``rate`` or
-    ``bucket_size``; raise ``InvalidParameter`` for a ``bucket_size`` without a rate (one
-    of the two given, the other as stored)."""
+    """Return ``parameters`` with the bucket they leave when they change the type's
+    ``rate`` or ``bucket_size``: the tokens it holds now (refilled at the old rate), at
+    most the new size, so that a change never grants a burst; a full one for a type that
+    had no rate. Raise ``InvalidParameter`` for a ``bucket_size`` without a rate (one of
+    the two given, the other as stored)."""
     rate = parameters.get("rate", getattr(task_type, "rate", None))
     size = parameters.get("bucket_size", getattr(task_type, "bucket_size", None))
     if size is not None and rate is None:
         raise InvalidParameter("bucket_size needs a rate: it is the size of the rate's bucket")
     changed = any(name in parameters and parameters[name] != getattr(task_type, name, None)
                   for name in ("rate", "bucket_size"))
-    return {**parameters, "tokens": None, "tokens_at": None} if changed else parameters
+    if not changed:
+        return parameters
+    if rate is None or getattr(task_type, "rate", None) is None:
+        return {**parameters, "tokens": None, "tokens_at": None}  # none, or a full bucket
+    now = database_now(database())
+    held = tokens_now(task_type.rate, task_type.bucket_size, task_type.tokens,
+                      task_type.tokens_at, now)
+    return {**parameters, "tokens": min(held, size or DEFAULT_BUCKET_SIZE), "tokens_at": now}
 
 
 def sync_declared_types():

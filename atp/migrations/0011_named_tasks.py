@@ -17,7 +17,14 @@ class Migration(migrations.Migration):
             name='named',
             field=models.BooleanField(default=False, help_text='Its identifier was given by its enqueuer (a name), not drawn.'),
         ),
+        # Types registered before keep their behaviour (a name is free once its task
+        # ended: no window); types registered from now on get App Engine's 9 days.
         migrations.AddField(
+            model_name='type',
+            name='dedup_window',
+            field=models.DurationField(blank=True, null=True),
+        ),
+        migrations.AlterField(
             model_name='type',
             name='dedup_window',
             field=models.DurationField(blank=True, default=datetime.timedelta(days=9), help_text='How long the name of a named task stays taken after its task ended, even once it is purged; empty: free as soon as it ended.', null=True),

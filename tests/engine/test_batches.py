@@ -1,10 +1,14 @@
 """Batches: members enqueued in ``atp.batch``, one on-complete task once all ended."""
 
+import datetime
+
 import pytest
+from django.db import transaction
+from django.utils import timezone
 
 import atp
 from atp import engine
-from atp.engine.batches import complete_due, progress
+from atp.engine.batches import complete_due, progress, purge_completed, seal_forgotten
 from atp.exceptions import (
     InputsNotSerializable,
     InvalidHandler,
@@ -179,3 +183,59 @@ def test_a_re_enqueue_racing_the_completion_is_either_waited_for_or_after_it(
     drive(Instance.objects.get(pk=task.pk), Status.FINISHED)
     assert complete_due() == [batch.pk]
     assert len(completions()) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_members_enqueued_on_commit_are_all_in_before_the_batch_can_complete(
+        noop_type, done_type):
+    """A review found the batch sealed, and completed empty, before the members that
+    ``enqueue_on_commit`` adds once the transaction commits."""
+    seen = {}
+
+    def another_daemon_looks():  # at the commit, before the members are enqueued
+        seen["completed"] = complete_due()
+
+    with transaction.atomic():
+        with atp.batch("tests.done") as batch:
+            transaction.on_commit(another_daemon_looks)
+            atp.enqueue_on_commit("tests.noop")
+            atp.enqueue_on_commit("tests.noop")
+    assert seen["completed"] == []
+    batch.refresh_from_db()
+    assert batch.sealed is not None
+    assert Instance.objects.filter(batch=batch).count() == 2
+    for member in Instance.objects.filter(batch=batch):
+        engine.cancel(member)
+    assert complete_due() == [batch.pk]
+    assert load_json(completions()[0].inputs.data)["total"] == 2
+
+
+def test_a_batch_whose_block_never_ended_is_sealed_by_the_daemons(noop_type, done_type):
+    forgotten = Batch.objects.create(on_complete="tests.done", created=timezone.now()
+                                     - datetime.timedelta(hours=2))
+    recent = Batch.objects.create(on_complete="tests.done", created=timezone.now())
+    assert seal_forgotten() == 1
+    assert complete_due() == [forgotten.pk]
+    assert not Batch.objects.get(pk=recent.pk).sealed
+
+
+def test_completed_batches_go_once_nothing_is_left_of_them(noop_type, done_type):
+    with atp.batch("tests.done"):
+        engine.cancel(atp.enqueue("tests.noop"))
+    complete_due()
+    assert purge_completed() == 0  # its member and its on-complete task are still there
+    engine.cancel(completions()[0])
+    atp.purge_finished(older_than=0)
+    assert purge_completed() == 1
+    assert not Batch.objects.exists()
+
+
+def test_a_block_in_a_broken_transaction_leaves_its_error(noop_type, done_type):
+    from django.db import IntegrityError
+
+    with pytest.raises(IntegrityError):
+        with transaction.atomic():
+            with atp.batch("tests.done"):
+                atp.enqueue("tests.noop", identifier="twice")
+                Instance.objects.create(type=noop_type, identifier="x", created=None,
+                                        updated=None)  # NOT NULL: breaks the transaction

@@ -125,3 +125,27 @@ def test_a_name_enqueued_while_its_task_ends_is_refused(noop_type):
     with pytest.raises(TaskAlreadyExists, match="stays taken"):
         second.get()
     assert list(Instance.objects.values_list("status", flat=True)) == [Status.CANCELLED]
+
+
+def test_two_ended_tasks_of_one_name_purged_together_leave_one_tombstone(noop_type):
+    """Ended while the type had no window, purged once it has one (a review found the
+    purge refused by PostgreSQL: one upsert met the same name twice)."""
+    engine.update_task_type("tests.noop", dedup_window=None)
+    ended = []
+    for _ in range(2):
+        ended.append(TaskFactory(type=noop_type, identifier="nightly", status=Status.FINISHED))
+    engine.update_task_type("tests.noop", dedup_window=datetime.timedelta(days=9))
+    assert atp.purge_finished(older_than=0) == 2
+    assert list(Tombstone.objects.values_list("identifier", "ended")) == [
+        ("nightly", max(task.finished for task in ended))]
+
+
+def test_an_older_end_never_replaces_a_later_tombstone(noop_type):
+    later = TaskFactory(type=noop_type, identifier="kept", status=Status.FINISHED)
+    atp.purge_finished(older_than=0)
+    engine.update_task_type("tests.noop", dedup_window=None)
+    older = TaskFactory(type=noop_type, identifier="kept", status=Status.FINISHED)
+    Instance.objects.filter(pk=older.pk).update(finished=later.finished - datetime.timedelta(hours=1))
+    engine.update_task_type("tests.noop", dedup_window=datetime.timedelta(days=9))
+    atp.purge_finished(older_than=0)
+    assert list(Tombstone.objects.values_list("ended", flat=True)) == [later.finished]

@@ -124,17 +124,35 @@ def test_the_daemons_claim_takes_tokens_too(daemon):
     assert engine.claim_for_daemon(daemon, 5, [task_type.pk], start=1) == []
 
 
-def test_changing_the_rate_fills_the_bucket_and_keeping_it_does_not(daemon):
+def test_changing_the_rate_keeps_the_tokens_held_and_grants_no_burst(daemon):
+    """A review found a change of rate refilling the bucket: lowering 100/s to 1/s let a
+    whole bucket start at once."""
     task_type = rated(rate="1/m", bucket_size=2)
-    atp.enqueue_many("tests.rated", [{}] * 10)
-    assert len(atp.dequeue(daemon, limit=10)) == 2
+    atp.enqueue_many("tests.rated", [{}] * 20)
+    assert len(atp.dequeue(daemon, limit=20)) == 2
     rated(rate="1/m", bucket_size=2)  # as a daemon's start writes its declarations again
-    assert atp.dequeue(daemon, limit=10) == []
-    engine.update_task_type("tests.rated", bucket_size=3)
-    assert len(atp.dequeue(daemon, limit=10)) == 3
+    assert atp.dequeue(daemon, limit=20) == []
+    engine.update_task_type("tests.rated", bucket_size=3, rate="2/m")
+    assert atp.dequeue(daemon, limit=20) == []  # still empty: no burst for the change
+    set_bucket(task_type, 2.5, seconds_ago=0)
+    engine.update_task_type("tests.rated", bucket_size=1)
+    assert tokens_of(task_type) == pytest.approx(1, abs=0.01)  # at most the new size
     engine.update_task_type("tests.rated", rate=None, bucket_size=None)
-    assert len(atp.dequeue(daemon, limit=10)) == 5
+    assert len(atp.dequeue(daemon, limit=20)) == 18  # no rate: the rest
     assert Type.objects.filter(pk=task_type.pk, tokens=None, tokens_at=None).exists()
+    engine.update_task_type("tests.rated", rate="1/m")  # a new rate: a full bucket
+    assert Type.objects.filter(pk=task_type.pk, tokens=None).exists()
+
+
+def test_a_claim_that_took_none_leaves_the_bucket_as_it_was(daemon):
+    task_type = rated(rate="1/s", bucket_size=5)
+    atp.dequeue(daemon, limit=5)  # nothing waits
+    assert Type.objects.filter(pk=task_type.pk, tokens=None, tokens_at=None).exists()
+    set_bucket(task_type, 0.5, seconds_ago=0)
+    before = Type.objects.values_list("tokens", "tokens_at").get(pk=task_type.pk)
+    atp.enqueue("tests.rated")
+    assert atp.dequeue(daemon, limit=5) == []  # half a token
+    assert Type.objects.values_list("tokens", "tokens_at").get(pk=task_type.pk) == before
 
 
 def test_a_bucket_size_needs_a_rate(db):

@@ -372,6 +372,7 @@ class Supervisor:
         if self.maintenance.is_due(now):
             self._reload_catalog()
             maintenance.reap_stale_daemons(self.daemon)
+            maintenance.expire_pull_leases()
             maintenance.purge_expired()
             maintenance.prune_stopped_daemons()
             maintenance.tend_queue_table()

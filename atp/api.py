@@ -21,11 +21,15 @@ from atp.engine import (
     enqueue,
     enqueue_many,
     enqueue_on_commit,
+    extend_lease,
     get_response,
     get_type,
+    lease_tasks,
     pause_type,
+    pull,
     purge_finished,
     purge_type,
+    register_pull_type,
     register_task_type,
     resume_type,
     unregister_task_type,
@@ -37,10 +41,11 @@ from atp.registry import task_type
 from atp.states import Status
 
 __all__ = [
-    "Status", "batch", "cancel", "defer", "delete_task", "dequeue", "enqueue", "enqueue_many", "enqueue_on_commit",
-    "get_response", "get_type", "pause", "pause_type", "purge_finished", "purge_type", "reenqueue",
-    "register_task_type", "resume", "resume_type", "schedule", "set_response", "set_status",
-    "task_type", "unregister_task_type", "unschedule",
+    "Status", "batch", "cancel", "complete", "defer", "delete_task", "dequeue", "enqueue",
+    "enqueue_many", "enqueue_on_commit", "extend_lease", "fail", "get_response", "get_type",
+    "lease_tasks", "pause", "pause_type", "purge_finished", "purge_type", "reenqueue",
+    "register_pull_type", "register_task_type", "resume", "resume_type", "schedule",
+    "set_response", "set_status", "task_type", "unregister_task_type", "unschedule",
 ]
 
 
@@ -87,6 +92,22 @@ def cancel(instance, message="", *, by=None):
     """Cancel a queued or in-flight task (its daemon stops it); return it."""
     engine.cancel(instance, message, by=by)
     return _as_it_is_now(instance)
+
+
+def complete(task, response=None, content_type=None):
+    """End a task leased with ``lease_tasks`` FINISHED, storing ``response`` if not None;
+    return it. Raise ``LeaseExpired`` (or ``AttemptSuperseded``) once its lease expired
+    or was taken over, ``InvalidTransition`` once an operator ended or re-enqueued it,
+    ``InvalidResponse``; nothing changes then."""
+    pull.complete(task, response, content_type)
+    return _as_it_is_now(task)
+
+
+def fail(task, message=""):
+    """End the attempt of a task leased with ``lease_tasks`` as failed: retried by its
+    type's retry policy while it allows, else FAILED; return it. Raise as ``complete``."""
+    pull.fail(task, message)
+    return _as_it_is_now(task)
 
 
 def set_response(instance, data, content_type=None):

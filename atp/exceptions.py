@@ -55,6 +55,10 @@ class AttemptSuperseded(InvalidTransition):
     """A newer attempt of this task has started; this write from an older attempt is ignored."""
 
 
+class LeaseExpired(AttemptSuperseded):
+    """The lease of this attempt expired (the task is leased again, or failed); its write is refused."""
+
+
 class InputsNotSerializable(AtpError, TypeError):
     """The task's inputs cannot be stored; nothing was enqueued."""
 

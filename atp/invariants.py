@@ -28,7 +28,7 @@ RULES = {
                         "went away instead has an unleased row held until it is resumed",
     "ended-off-queue": "a FINISHED, FAILED or CANCELLED task has no queue row, but for one "
                        "leased to a daemon that is not stopped and is stopping its worker",
-    "queue-row-copies": "a queue row has its task's type and identifier",
+    "queue-row-copies": "a queue row has its task's type, identifier and tag",
     "history-ends-in-state": "the latest state in a task's history is the task's state",
 }
 
@@ -108,6 +108,11 @@ def _offenders(settled):
     rows = Task.objects.order_by("pk")
     yield "queue-row-copies", "its queue row has another type or identifier", list(
         rows.exclude(type_id=F("instance__type_id"), identifier=F("instance__identifier"))
+        .values_list("pk", flat=True))
+    yield "queue-row-copies", "its queue row has another tag", list(
+        rows.filter(Q(tag__isnull=True, instance__tag__isnull=False)
+                    | Q(tag__isnull=False, instance__tag__isnull=True)
+                    | (Q(tag__isnull=False) & ~Q(tag=F("instance__tag"))))
         .values_list("pk", flat=True))
 
     latest = LogRecord.objects.filter(instance=OuterRef("pk"), status__isnull=False)

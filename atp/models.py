@@ -21,6 +21,10 @@ from atp.serialization import TOKEN_END_CHARS, InputFormat, load_inputs, pickled
 from atp.states import IN_FLIGHT, LIVE, TERMINAL, Status
 
 IDENTIFIER_MAX_LENGTH = 255
+#: A task's tag, which pull consumers lease related tasks by (App Engine's limit).
+TAG_MAX_LENGTH = 500
+#: The name of a pull consumer (``atp.lease_tasks``).
+CONSUMER_MAX_LENGTH = 100
 #: A task's identifier, its name (App Engine's limit).
 NAME_MAX_LENGTH = 500
 #: How long a task's name stays taken after its task ended, by default (App Engine's).
@@ -109,6 +113,11 @@ class Type(models.Model):
     is_paused = models.BooleanField(
         default=False, help_text="Paused types keep their queue but no task is started."
     )
+    pull = models.BooleanField(
+        default=False, editable=False,
+        help_text="A pull type: its tasks are leased by consumers outside atpd "
+        "(atp.lease_tasks), never run by a daemon; it has no handler.",
+    )
     input_format = models.CharField(
         max_length=8, choices=InputFormat.choices, default=InputFormat.JSON
     )
@@ -154,12 +163,31 @@ class Daemon(models.Model):
         Type, blank=True, related_name="served_by",
         help_text="The types it runs: those whose handler it has loaded.",
     )
+    # A pull consumer holds leases like a daemon but never heartbeats: its leases end
+    # at their deadline (atp.engine.pull), and no reaper declares it stopped.
+    consumer = models.CharField(
+        max_length=CONSUMER_MAX_LENGTH, blank=True,
+        help_text="Set for a pull consumer (atp.lease_tasks): its name. Its heartbeat is "
+        "its last lease; its leases end at their deadline.",
+    )
 
     class Meta:
         ordering = ["-started"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["consumer"], condition=~Q(consumer=""), name="atp_daemon_consumer_uniq"
+            ),
+        ]
 
     def __str__(self):
+        if self.consumer:
+            return f"consumer {self.consumer}"
         return f"{self.host}:{self.pid}"
+
+    @property
+    def is_consumer(self):
+        """Whether it is a pull consumer rather than a run of ``atpd``."""
+        return bool(self.consumer)
 
     @property
     def identity(self):
@@ -183,6 +211,12 @@ class Instance(models.Model):
         max_length=STATUS_MAX_LENGTH, choices=Status.choices, default=Status.ACCEPTED
     )
     priority = models.SmallIntegerField(default=0)
+    # NULL, not "", when untagged: ``tag = %s`` then implies ``tag IS NOT NULL``, which
+    # lets both databases use the queue's partial tag index for it.
+    tag = models.CharField(
+        max_length=TAG_MAX_LENGTH, null=True, blank=True,
+        help_text="What pull consumers lease related tasks together by (atp.lease_tasks).",
+    )
     attempt = models.PositiveIntegerField(
         default=0, help_text="Number of the latest attempt; each claim starts a new one."
     )
@@ -386,6 +420,8 @@ class Task(models.Model):
     type = models.ForeignKey(Type, on_delete=models.PROTECT, related_name="+", db_index=False)
     identifier = models.CharField(max_length=NAME_MAX_LENGTH)
     priority = models.SmallIntegerField(default=0)
+    # A copy of the instance's too, for ``lease_tasks``'s filter.
+    tag = models.CharField(max_length=TAG_MAX_LENGTH, null=True, blank=True)
     enqueued = models.DateTimeField()
     not_before = models.DateTimeField(help_text="Not claimed before this time.")
     daemon = models.ForeignKey(
@@ -423,6 +459,12 @@ class Task(models.Model):
             models.Index(
                 fields=["deadline"], condition=Q(deadline__isnull=False),
                 name="atp_task_deadline_idx",
+            ),
+            # Leasing a tag's tasks (pull types), in claim order; untagged rows are
+            # left out, so enqueues without a tag do not pay for it.
+            models.Index(
+                fields=["type", "tag", "-priority", "not_before", "instance"],
+                condition=Q(daemon__isnull=True, tag__isnull=False), name="atp_task_tag_idx",
             ),
         ]
 

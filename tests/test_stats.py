@@ -37,3 +37,14 @@ def test_a_cancelled_task_whose_worker_is_still_stopping_is_not_counted_live(noo
     running = TaskFactory(type=noop_type, status=Status.RUNNING, daemon=daemon)
     atp.cancel(running)
     assert stats.live_counts() == {}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_pull_consumer_is_not_a_live_daemon(noop_type):
+    from atp import engine
+
+    atp.register_pull_type("tests.pull")
+    atp.enqueue("tests.pull")
+    atp.lease_tasks("tests.pull", 1, 60, consumer="gpu-7")
+    daemon = engine.register_daemon()
+    assert [d.pk for d in stats.live_daemons()] == [daemon.pk]

@@ -65,7 +65,7 @@ class TypeForm(forms.ModelForm):
 class TypeAdmin(NumericKeys, admin.ModelAdmin):
     list_display = ["identifier", "handler", "timeout", "max_restarts", "retention",
                     "max_concurrency", "rate_shown", "is_paused", "live_tasks", "run_by"]
-    list_filter = ["is_paused", "input_format"]
+    list_filter = ["is_paused", "pull", "input_format"]
     search_fields = ["identifier", "handler"]
     actions = ["pause_types", "resume_types", "purge_types", "unregister_types"]
     form = TypeForm
@@ -103,6 +103,11 @@ class TypeAdmin(NumericKeys, admin.ModelAdmin):
         engine.update_task_type(obj.identifier, **tuned)
         obj.refresh_from_db()
 
+    def get_fields(self, request, obj=None):
+        if obj is not None and obj.pull:  # what a pull type does not take (register_pull_type)
+            return [name for name in self.fields if name not in engine.NOT_FOR_PULL]
+        return self.fields
+
     def get_queryset(self, request):
         live = (
             Task.objects.filter(type=OuterRef("pk"), instance__status__in=LIVE)
@@ -118,6 +123,8 @@ class TypeAdmin(NumericKeys, admin.ModelAdmin):
     @admin.display(description="run by", ordering="runners")
     def run_by(self, obj):
         """How many live daemons run the type: those that have loaded its handler."""
+        if obj.pull:
+            return "pull consumers (lease_tasks)"
         if obj.runners:
             return f"{obj.runners} live daemon{'s' if obj.runners > 1 else ''}"
         return format_html('<span class="atp-warning">{}</span>', "no live daemon runs this type")

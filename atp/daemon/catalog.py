@@ -8,7 +8,8 @@ by web servers deployed before the daemons) waits, rather than failing for good 
 appearing later are taken on if their handler's module is already loaded; the daemon
 never imports code in its loop (an import that hangs would freeze it). What each
 daemon runs is recorded (``Daemon.serves``), so that the dashboard and the admin can
-say "no live daemon runs this type".
+say "no live daemon runs this type". Pull types are left out without a word: their
+tasks are leased by consumers outside atpd (``atp.lease_tasks``), never run by a daemon.
 """
 
 import logging
@@ -50,10 +51,15 @@ class Catalog:
         later, only modules already loaded are looked into.
         """
         runnable, refused, has_limits, has_rates = {}, {}, False, False
-        for type_id, identifier, handler, input_format, limit, rate in Type.objects.values_list(
-            "pk", "identifier", "handler", "input_format", "max_concurrency", "rate"
+        for type_id, identifier, handler, input_format, limit, rate, pull in (
+            Type.objects.values_list("pk", "identifier", "handler", "input_format",
+                                     "max_concurrency", "rate", "pull")
         ):
             if self.only is not None and identifier not in self.only:
+                continue
+            if pull:  # leased by consumers (atp.lease_tasks): no daemon's business
+                if self.only is not None:
+                    refused[identifier] = "it is a pull type: its tasks are leased with lease_tasks()"
                 continue
             reason = _why_not(handler, input_format, may_import)
             if reason is None:

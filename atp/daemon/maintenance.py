@@ -48,7 +48,8 @@ def reap_gone_daemons_on_this_host(me):
     """
     restarted = 0
     booted = _boot_moment()
-    candidates = Daemon.objects.filter(host=socket.gethostname(), stopped__isnull=True)
+    candidates = Daemon.objects.filter(host=socket.gethostname(), stopped__isnull=True,
+                                       consumer="")  # a pull consumer has no process
     for daemon in candidates.exclude(pk=me.pk):
         seen = processes.see(daemon.identity)
         if seen is Seen.RUNNING:
@@ -100,6 +101,15 @@ def tend_batches():
     """Seal the batches whose block never ended, and delete completed ones nothing is
     left of; return how many of each."""
     return batches.seal_forgotten(), batches.purge_completed()
+
+
+def expire_pull_leases():
+    """End the pull leases past their deadline (see ``atp.engine.pull``); return how many
+    tasks were restarted (or failed, their restarts spent)."""
+    restarted = engine.expire_leases()
+    if restarted:
+        logger.warning("%s pull lease(s) expired: their tasks restarted", restarted)
+    return restarted
 
 
 def enqueue_due_schedules():

@@ -373,6 +373,7 @@ class Supervisor:
         if self.maintenance.is_due(now):
             self._reload_catalog()
             maintenance.reap_stale_daemons(self.daemon)
+            self._duty("expiring pull leases", maintenance.expire_pull_leases)
             self._duty("purging ended tasks and tombstones", maintenance.purge_expired)
             self._duty("tending batches", maintenance.tend_batches)
             maintenance.prune_stopped_daemons()

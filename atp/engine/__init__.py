@@ -29,6 +29,7 @@ from atp.engine.lifecycle import (
     start_and_load,
 )
 from atp.engine.maintenance import delete_ended, delete_task, purge_finished, purge_tombstones
+from atp.engine.pull import complete, expire_leases, extend_lease, lease_tasks
 from atp.engine.records import get_response, log, set_progress, set_response
 from atp.engine.schedules import (
     delete_schedule,
@@ -39,9 +40,11 @@ from atp.engine.schedules import (
 )
 from atp.engine.steering import cancel, pause, reenqueue, resume, set_status
 from atp.engine.types import (
+    NOT_FOR_PULL,
     get_type,
     pause_type,
     purge_type,
+    register_pull_type,
     register_task_type,
     resume_type,
     sync_declared_types,
@@ -50,7 +53,8 @@ from atp.engine.types import (
 )
 
 __all__ = [
-    "cancel", "claim_for_daemon", "delete_ended", "delete_schedule", "delete_task", "dequeue", "enqueue", "enqueue_due", "enqueue_many", "enqueue_on_commit", "fail", "fail_or_retry", "finish",
+    "NOT_FOR_PULL",
+    "cancel", "claim_for_daemon", "complete", "expire_leases", "extend_lease", "lease_tasks", "register_pull_type", "delete_ended", "delete_schedule", "delete_task", "dequeue", "enqueue", "enqueue_due", "enqueue_many", "enqueue_on_commit", "fail", "fail_or_retry", "finish",
     "get_response", "get_type", "next_due", "hand_back", "heartbeat", "log", "pause", "pause_type",
     "prune_daemons", "purge_finished", "purge_tombstones", "purge_type", "reap_daemon", "reenqueue", "register_daemon", "release",
     "register_task_type", "restart", "restart_leases", "resume", "resume_type", "retire_daemon",

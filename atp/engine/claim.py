@@ -80,7 +80,7 @@ def claim_for_daemon(daemon, limit, type_ids, *, start=0, limited=False):
                                  limited=limited)
     if claimed is not None:
         return claimed
-    limits = _limited(Type.objects.filter(pk__in=type_ids, is_paused=False))
+    limits = _limited(Type.objects.filter(pk__in=type_ids, is_paused=False, pull=False))
     if not limits:
         return []
     return _claim_with_locks(daemon, limit, limits, start, inputs=True)
@@ -167,15 +167,20 @@ def _next_token(type_ids):
 
 
 def claimable_types(types=None):
-    """Return ``{type id: whether it is limited}`` of unpaused types, among ``types`` when
-    given (limited: it has a ``max_concurrency`` or a ``rate``)."""
-    rows = Type.objects.filter(is_paused=False)
+    """Return ``{type id: whether it is limited}`` of unpaused types a daemon runs (not pull
+    types), among ``types`` when given (limited: it has a ``max_concurrency`` or a
+    ``rate``). Raise ``TaskTypeNotFound``, or ``InvalidParameter`` for a pull type."""
+    rows = Type.objects.filter(is_paused=False, pull=False)
     if types is not None:
         types = [registry.clean_type_identifier(identifier) for identifier in types]
-        known = set(Type.objects.filter(identifier__in=types).values_list("identifier", flat=True))
-        unknown = sorted(set(types) - known)
+        known = dict(Type.objects.filter(identifier__in=types).values_list("identifier", "pull"))
+        unknown = sorted(set(types) - known.keys())
         if unknown:
             raise TaskTypeNotFound(f"no task type {', '.join(map(repr, unknown))} is registered")
+        pulled = sorted(identifier for identifier, pull in known.items() if pull)
+        if pulled:
+            raise InvalidParameter(f"task type {', '.join(map(repr, pulled))} is a pull type: "
+                                   "lease its tasks with lease_tasks()")
         rows = rows.filter(identifier__in=types)
     return _limited(rows)
 
@@ -355,16 +360,27 @@ def _claim_with_orm(daemon, limit, limits):
     pks, types, buckets = _take(limit, limits)
     if not pks:
         return [], []
+    instances, strays = lease_rows(daemon, pks)
+    if buckets:
+        _spend_tokens(buckets, [types[instance.pk] for instance in instances])
+    return instances, strays
+
+
+def lease_rows(daemon, pks, *, lease=None, message=""):
+    """Lease the waiting queue rows ``pks`` (locked by the caller, in claim order) to
+    ``daemon``: each ACCEPTED task starts a new attempt, SCHEDULED, its lease running
+    out after its type's ``timeout``, or after ``lease`` (a timedelta: a pull lease).
+    Return ``(instances in claim order, keys of stray rows)``; ``message`` goes to the
+    history entry of each."""
     states = dict(for_update(Instance.objects.filter(pk__in=pks)).values_list("pk", "status"))
     good = [pk for pk in pks if states.get(pk) == Status.ACCEPTED]
     strays = [pk for pk in pks if states.get(pk) != Status.ACCEPTED]
-    if buckets:
-        _spend_tokens(buckets, [types[pk] for pk in good])
     if not good:
         return [], strays
-    timeout = Subquery(Type.objects.filter(pk=OuterRef("type_id")).values("timeout")[:1])
+    if lease is None:
+        lease = Subquery(Type.objects.filter(pk=OuterRef("type_id")).values("timeout")[:1])
     Task.objects.filter(instance_id__in=good).update(
-        daemon=daemon, claimed=Now(), deadline=Now() + timeout
+        daemon=daemon, claimed=Now(), deadline=Now() + lease
     )
     Instance.objects.filter(pk__in=good).update(
         status=Status.SCHEDULED, attempt=F("attempt") + 1, daemon=daemon, updated=Now()
@@ -377,7 +393,7 @@ def _claim_with_orm(daemon, limit, limits):
     label = daemon_label(daemon)
     LogRecord.objects.bulk_create(
         LogRecord(instance=instance, time=Now(), status=Status.SCHEDULED,
-                  attempt=instance.attempt, daemon=label)
+                  attempt=instance.attempt, daemon=label, message=message)
         for instance in instances
     )
     return instances, strays

@@ -98,7 +98,9 @@ def _let_go(pk, daemon, reason, spends_restart):
 
 def stale_daemons(timeout, *, exclude=None):
     """Return the running daemons silent for longer than ``timeout`` (a timedelta)."""
-    rows = Daemon.objects.filter(stopped__isnull=True, heartbeat__lt=Now() - Value(timeout))
+    # Never a pull consumer: it does not heartbeat, its leases end at their deadline.
+    rows = Daemon.objects.filter(stopped__isnull=True, heartbeat__lt=Now() - Value(timeout),
+                                 consumer="")
     if exclude is not None:
         rows = rows.exclude(pk=pk_of(exclude))
     return list(rows)

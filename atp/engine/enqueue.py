@@ -24,6 +24,7 @@ from atp.engine.batches import current_batch_id, member_of
 from atp.engine.engines import engine
 from atp.engine.locks import for_update
 from atp.engine.notify import notify_runnable
+from atp.engine.pull import clean_tag
 from atp.engine.types import get_type
 from atp.exceptions import (
     InputsTooLarge,
@@ -41,7 +42,7 @@ PRIORITY_MIN, PRIORITY_MAX = -32768, 32767
 
 
 def enqueue(type_identifier, inputs=None, *, identifier=None, priority=0, eta=None,
-            countdown=None):
+            countdown=None, tag=None):
     """Queue a task of type ``type_identifier`` with ``inputs``; return its ``Instance``.
 
     ``identifier`` names the task (letters, digits, ``_`` and ``-``, at most 500; a
@@ -49,14 +50,17 @@ def enqueue(type_identifier, inputs=None, *, identifier=None, priority=0, eta=No
     stays taken for the type's ``dedup_window`` after its task ended (9 days by
     default), even once the task is purged. Higher ``priority`` runs first. ``eta``
     (an aware datetime) or ``countdown`` (seconds or a timedelta) delays the start.
-    Raise ``TaskTypeNotFound``, ``InputsNotSerializable``, ``InvalidParameter`` or
-    ``TaskAlreadyExists``; nothing is written then.
+    ``tag`` (text, at most 500 characters) is what pull consumers lease related tasks
+    together by (``lease_tasks``). Raise ``TaskTypeNotFound``,
+    ``InputsNotSerializable``, ``InvalidParameter`` or ``TaskAlreadyExists``; nothing
+    is written then.
     """
     named = identifier is not None
     identifier = _clean_identifier(identifier)
     priority = _clean_priority(priority)
     schedule = _schedule(eta, countdown)
-    return _enqueue(type_identifier, [(identifier, inputs)], priority, schedule, named=named)[0]
+    return _enqueue(type_identifier, [(identifier, inputs)], priority, schedule, named=named,
+                    tag=clean_tag(tag))[0]
 
 
 def enqueue_on_commit(type_identifier, inputs=None, *, identifier=None, priority=0, eta=None,
@@ -87,22 +91,24 @@ def enqueue_on_commit(type_identifier, inputs=None, *, identifier=None, priority
     transaction.on_commit(enqueue_now, using=database())
 
 
-def enqueue_many(type_identifier, inputs_list, *, priority=0, eta=None, countdown=None):
+def enqueue_many(type_identifier, inputs_list, *, priority=0, eta=None, countdown=None,
+                 tag=None):
     """Queue one task of type ``type_identifier`` per item of ``inputs_list``; return them.
 
-    All tasks are written together or not at all, with generated identifiers. Raise
-    as ``enqueue`` does.
+    All tasks are written together or not at all, with generated identifiers (and
+    ``tag``, if given, each). Raise as ``enqueue`` does.
     """
     priority = _clean_priority(priority)
     schedule = _schedule(eta, countdown)
+    tag = clean_tag(tag)
     entries = [(uuid.uuid4().hex, inputs) for inputs in inputs_list]
     if not entries:
         get_type(type_identifier)  # an unknown type is still refused
         return []
-    return _enqueue(type_identifier, entries, priority, schedule)
+    return _enqueue(type_identifier, entries, priority, schedule, tag=tag)
 
 
-def _enqueue(type_identifier, entries, priority, schedule, named=False):
+def _enqueue(type_identifier, entries, priority, schedule, named=False, tag=None):
     """Write ``entries`` (``(identifier, inputs)``) as tasks; return their ``Instance`` objects.
     ``named``: the identifiers were given (one entry), not drawn."""
     key = type_identifier.identifier if isinstance(type_identifier, Type) else type_identifier
@@ -112,7 +118,7 @@ def _enqueue(type_identifier, entries, priority, schedule, named=False):
     if fast is None or conf.MAX_QUEUED_TOTAL is not None:
         task_type = get_type(type_identifier)
         encoded = [(identifier, _dump(inputs, task_type)) for identifier, inputs in entries]
-        return _insert(task_type, encoded, priority, schedule, named)
+        return _insert(task_type, encoded, priority, schedule, named, tag)
     for attempt in range(3):
         # A name's window is read as it is now: a stale one could let a name be reused.
         task_type = _types.get(key) if attempt == 0 and not named else None
@@ -126,13 +132,13 @@ def _enqueue(type_identifier, entries, priority, schedule, named=False):
                 raise
             continue  # its limit may have grown since it was read
         if named and task_type.dedup_window:
-            return _insert(task_type, encoded, priority, schedule, named)
+            return _insert(task_type, encoded, priority, schedule, named, tag)
         if task_type.max_queued is not None:
             task_type = _types[key] = get_type(key)  # as it is now: the limit may be gone
             if task_type.max_queued is not None:
                 encoded = [(identifier, _dump(inputs, task_type)) for identifier, inputs in entries]
-                return _insert(task_type, encoded, priority, schedule, named)
-        instances = _write(fast, task_type, encoded, priority, schedule, named)
+                return _insert(task_type, encoded, priority, schedule, named, tag)
+        instances = _write(fast, task_type, encoded, priority, schedule, named, tag)
         if instances is not None:
             return instances
         _types.pop(key, None)
@@ -144,7 +150,7 @@ def _enqueue(type_identifier, entries, priority, schedule, named=False):
 _types = {}
 
 
-def _write(fast, task_type, encoded, priority, schedule, named=False):
+def _write(fast, task_type, encoded, priority, schedule, named=False, tag=None):
     """Write the tasks with the engine ``fast`` (one statement on PostgreSQL); return them,
     or None when ``task_type`` changed since it was read."""
     if isinstance(schedule, datetime.datetime):
@@ -155,7 +161,7 @@ def _write(fast, task_type, encoded, priority, schedule, named=False):
         if len(encoded) == 1:
             [(identifier, data)] = encoded
             instance = Instance(type=task_type, identifier=identifier, priority=priority,
-                                named=named, batch_id=current_batch_id())
+                                named=named, batch_id=current_batch_id(), tag=tag)
             size = len(data.encode("utf-8"))
             rows = run_in_transaction(lambda: fast.enqueue(
                 task_type, instance, data, schedule, size, notify), database(),
@@ -164,7 +170,7 @@ def _write(fast, task_type, encoded, priority, schedule, named=False):
         else:
             identifiers, data = [list(column) for column in zip(*encoded, strict=True)]
             rows = run_in_transaction(lambda: fast.enqueue_many(
-                task_type, identifiers, data, priority, schedule, notify), database(),
+                task_type, identifiers, data, priority, schedule, notify, tag=tag), database(),
                 single_statement=fast.ONE_STATEMENT)
     except IntegrityError:
         raise _duplicate(task_type, encoded) from None
@@ -173,7 +179,7 @@ def _write(fast, task_type, encoded, priority, schedule, named=False):
     keys = {identifier: (pk, created) for pk, identifier, created in rows}
     shared = copy.copy(task_type)  # the cached one stays the cache's
     template = Instance(type=shared, identifier="", priority=priority, named=named,
-                        batch_id=current_batch_id())
+                        batch_id=current_batch_id(), tag=tag)
     return [_as_stored(template, identifier, *keys[identifier]) for identifier, _ in encoded]
 
 
@@ -258,20 +264,20 @@ def _check_depth(task_type, count):
 
 
 @queue_write
-def _insert(task_type, entries, priority, schedule, named=False):
+def _insert(task_type, entries, priority, schedule, named=False, tag=None):
     _check_depth(task_type, len(entries))
     now = database_now(database())
     not_before = schedule if isinstance(schedule, datetime.datetime) else now + schedule
     instances = Instance.objects.bulk_create(
         Instance(type=task_type, identifier=identifier, priority=priority, created=now,
-                 updated=now, named=named, batch_id=current_batch_id())
+                 updated=now, named=named, batch_id=current_batch_id(), tag=tag)
         for identifier, _ in entries
     )
     _fill_primary_keys(task_type, instances)
     try:
         Task.objects.bulk_create(
             Task(instance=instance, type=task_type, identifier=instance.identifier,
-                 priority=priority, enqueued=now, not_before=not_before)
+                 priority=priority, enqueued=now, not_before=not_before, tag=tag)
             for instance in instances
         )
     except IntegrityError:

@@ -37,7 +37,7 @@ from atp.engine.base import database
 from atp.exceptions import TaskNotFound
 from atp.models import Instance, Task
 
-TASK_FIELDS = ("status", "attempt", "restarts", "type_id", "identifier", "priority")
+TASK_FIELDS = ("status", "attempt", "restarts", "type_id", "identifier", "priority", "tag")
 ROW_FIELDS = ("daemon_id", "paused_since")
 
 
@@ -52,6 +52,7 @@ class Locked:
     type_id: int
     identifier: str
     priority: int
+    tag: str
     has_row: bool
     lease: int = None  # the daemon holding the queue row, if any
     paused_since: object = None

@@ -76,7 +76,7 @@ _KINDS_AND_ALIVE = f"""
 kinds AS (
     SELECT id, max_concurrency, rate, bucket_size, tokens, tokens_at,
         (max_concurrency IS NOT NULL OR rate IS NOT NULL) AS is_limited
-    FROM {TYPE} WHERE id = ANY(%(types)s::bigint[]) AND NOT is_paused
+    FROM {TYPE} WHERE id = ANY(%(types)s::bigint[]) AND NOT is_paused AND NOT pull
 ), alive AS (
     SELECT id FROM {DAEMON} WHERE id = %(daemon)s AND stopped IS NULL FOR KEY SHARE
 ),"""
@@ -227,7 +227,7 @@ WITH alive AS (
     SELECT id FROM {DAEMON} WHERE id = %(daemon)s AND stopped IS NULL FOR KEY SHARE
 ), locked AS (
     SELECT id FROM {TYPE}
-    WHERE id = ANY(%(types)s::bigint[]) AND NOT is_paused
+    WHERE id = ANY(%(types)s::bigint[]) AND NOT is_paused AND NOT pull
         AND (max_concurrency IS NOT NULL OR rate IS NOT NULL) AND EXISTS (SELECT 1 FROM alive)
     ORDER BY id FOR NO KEY UPDATE
 )
@@ -658,7 +658,8 @@ def enqueue(task_type, instance, data, not_before, size, notify):
     the statement's time) or a datetime. Raise ``IntegrityError`` for a live duplicate.
     """
     connection = connections[database()]
-    task = Task(type=task_type, identifier=instance.identifier, priority=instance.priority)
+    task = Task(type=task_type, identifier=instance.identifier, priority=instance.priority,
+                tag=instance.tag)
     inputs = Inputs(input_format=task_type.input_format, data=data)
     record = LogRecord(status=Status.ACCEPTED, message="enqueued")
     now = "STATEMENT_TIMESTAMP()"
@@ -689,7 +690,7 @@ def enqueue(task_type, instance, data, not_before, size, notify):
     return row
 
 
-def enqueue_many(task_type, identifiers, data, priority, not_before, notify):
+def enqueue_many(task_type, identifiers, data, priority, not_before, notify, tag=None):
     """Write many tasks of ``task_type`` in one statement: the rows of each table come
     from arrays (``unnest``), so the cost per task is the database's, not the ORM's.
 
@@ -698,8 +699,8 @@ def enqueue_many(task_type, identifiers, data, priority, not_before, notify):
     """
     connection = connections[database()]
     template = Instance(type=task_type, identifier="", priority=priority,
-                        batch_id=current_batch_id())
-    task = Task(type=task_type, identifier="", priority=priority)
+                        batch_id=current_batch_id(), tag=tag)
+    task = Task(type=task_type, identifier="", priority=priority, tag=tag)
     inputs = Inputs(input_format=task_type.input_format, data="")
     record = LogRecord(status=Status.ACCEPTED, message="enqueued")
     now = "STATEMENT_TIMESTAMP()"

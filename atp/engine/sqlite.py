@@ -70,7 +70,8 @@ def _stamp(value):
 
 
 ALIVE = f"SELECT 1 FROM {DAEMON} WHERE id = %s AND stopped IS NULL"
-TYPES = f"SELECT {columns(Type, TYPE)} FROM {TYPE} WHERE is_paused = 0 AND "
+# Never a pull type: its tasks are leased by consumers (atp.engine.pull), not daemons.
+TYPES = f"SELECT {columns(Type, TYPE)} FROM {TYPE} WHERE is_paused = 0 AND pull = 0 AND "
 
 
 def _schedule_statement(count, start):
@@ -414,7 +415,8 @@ TYPE_AS_READ = (f"SELECT 1 FROM {TYPE} WHERE id = %s AND identifier = %s AND inp
                 "AND COALESCE(max_input_bytes, %s) >= %s AND max_queued IS NULL")
 
 
-def enqueue_many(task_type, identifiers, data, priority, not_before, notify, named=False):
+def enqueue_many(task_type, identifiers, data, priority, not_before, notify, tag=None,
+                 named=False):
     """Write tasks of ``task_type`` (an identifier and encoded inputs each): instance, queue
     row, inputs and first history entry, with statements built once; return ``(key,
     identifier, creation time)`` per task, or None when ``task_type`` changed since it
@@ -432,10 +434,10 @@ def enqueue_many(task_type, identifiers, data, priority, not_before, notify, nam
             return None
         keys = _insert_instances(cursor, connection, identifiers, Instance(
             type=task_type, identifier="", priority=priority, created=moment, updated=moment,
-            named=named, batch_id=current_batch_id()))
+            named=named, batch_id=current_batch_id(), tag=tag))
         for model, values, varying in (
             (Task, Task(type=task_type, identifier="", priority=priority, enqueued=moment,
-                        not_before=start, instance_id=0), ("instance_id", "identifier")),
+                        not_before=start, instance_id=0, tag=tag), ("instance_id", "identifier")),
             (Inputs, Inputs(input_format=task_type.input_format, data="", instance_id=0),
              ("instance_id", "data")),
             (LogRecord, LogRecord(status=Status.ACCEPTED, message="enqueued", time=moment,
@@ -487,5 +489,5 @@ def enqueue(task_type, instance, data, not_before, size, notify):
     """Write one task (``enqueue_many`` of one); return its key and creation time, or None
     when ``task_type`` changed since it was read."""
     rows = enqueue_many(task_type, [instance.identifier], [data], instance.priority, not_before,
-                        notify, named=instance.named)
+                        notify, tag=instance.tag, named=instance.named)
     return None if rows is None else rows[0][::2]

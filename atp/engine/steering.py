@@ -121,7 +121,7 @@ def _retry_ended(locked, message, by):
         try:
             Task.objects.create(
                 instance_id=pk, type_id=locked.type_id, identifier=locked.identifier,
-                priority=locked.priority, enqueued=Now(), not_before=Now(),
+                priority=locked.priority, tag=locked.tag, enqueued=Now(), not_before=Now(),
             )
         except IntegrityError:
             raise TaskAlreadyExists(

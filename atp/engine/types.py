@@ -38,15 +38,58 @@ def register_task_type(identifier, handler, **parameters):
     return _save_type(identifier, path, parameters)
 
 
+#: What a pull type does not take: its consumers lease what they can do, for as long as
+#: they say (``lease_seconds``), and no daemon runs it.
+NOT_FOR_PULL = ("timeout", "max_concurrency", "rate", "bucket_size")
+
+
+def register_pull_type(identifier, **parameters):
+    """Create pull type ``identifier``, or update it; return the ``Type``.
+
+    Its tasks are leased by consumers outside atpd (``lease_tasks``) and never run by a
+    daemon, so it has no handler. It takes the parameters of ``register_task_type``
+    but ``timeout`` (each lease has its own length), ``max_concurrency``, ``rate`` and
+    ``bucket_size``. Raise ``InvalidParameter``, or ``TaskTypeInUse`` to turn a type
+    with queued tasks into a pull type; nothing changes then.
+    """
+    identifier = registry.clean_type_identifier(identifier)
+    parameters = registry.clean_type_parameters(parameters)
+    _check_pull_parameters(parameters)
+    return _save_type(identifier, "", parameters, pull=True)
+
+
+def _check_pull_parameters(parameters):
+    refused = [name for name in NOT_FOR_PULL if name in parameters]
+    if refused:
+        raise InvalidParameter(
+            f"a pull type takes no {', '.join(refused)}: its consumers lease as many tasks "
+            "as they can do, for as long as they ask")
+
+
 @queue_write
-def _save_type(identifier, handler_path, parameters):
+def _save_type(identifier, handler_path, parameters, *, pull=False):
     stored = for_update(Type.objects.filter(identifier=identifier)).first()
+    if stored is not None and stored.pull != pull:
+        _check_queue_empty(stored, pull)
+    if pull:
+        parameters = {**parameters, **{name: None for name in NOT_FOR_PULL if name != "timeout"}}
     _check_backoffs(stored, parameters)
     parameters = _check_rate(stored, parameters)
     task_type, _ = Type.objects.update_or_create(
-        identifier=identifier, defaults={"handler": handler_path, **parameters}
+        identifier=identifier, defaults={"handler": handler_path, "pull": pull, **parameters}
     )
     return task_type
+
+
+def _check_queue_empty(task_type, pull):
+    """Raise ``TaskTypeInUse`` while ``task_type`` has queued tasks: a daemon's lease and a
+    consumer's must never meet on one type."""
+    queued = Task.objects.filter(type=task_type).count()
+    if queued:
+        became = "a pull type" if pull else "a type atpd runs"
+        raise TaskTypeInUse(
+            f"task type {task_type.identifier!r} has {queued} task(s) in the queue; it "
+            f"becomes {became} only once they ended")
 
 
 def _check_backoffs(task_type, parameters):
@@ -130,6 +173,8 @@ def update_task_type(identifier, **parameters):
 @queue_write
 def _update_type(identifier, parameters):
     task_type = find_type(identifier)
+    if task_type.pull:
+        _check_pull_parameters(parameters)
     if parameters:
         stored = for_update(Type.objects.filter(pk=task_type.pk)).get()
         _check_backoffs(stored, parameters)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from django.db import connections, router, transaction
 from django.db.models import F, OuterRef, Q, Subquery
+from django.db.models.functions import Now
 
 from atp.models import Instance, LogRecord, Task
 from atp.states import IN_FLIGHT, TERMINAL, Status
@@ -22,12 +23,14 @@ from atp.states import IN_FLIGHT, TERMINAL, Status
 #: The rules, by name, as ``docs/queue.md`` states them.
 RULES = {
     "accepted-queued": "every ACCEPTED task has one queue row, not held; it is leased only "
-                       "while a daemon that is not stopped stops its previous worker",
+                       "while a daemon that is not stopped stops its previous worker, or "
+                       "until the deadline of a pull consumer's lease",
     "in-flight-leased": "every SCHEDULED, RUNNING or PAUSED task has a queue row leased to "
                         "the task's daemon, which is not stopped; a PAUSED task whose daemon "
                         "went away instead has an unleased row held until it is resumed",
     "ended-off-queue": "a FINISHED, FAILED or CANCELLED task has no queue row, but for one "
-                       "leased to a daemon that is not stopped and is stopping its worker",
+                       "leased to a daemon that is not stopped and is stopping its worker, "
+                       "or to a pull consumer until its lease's deadline",
     "queue-row-copies": "a queue row has its task's type, identifier and tag",
     "history-ends-in-state": "the latest state in a task's history is the task's state",
 }
@@ -74,8 +77,11 @@ def _offenders(settled):
     """Yield ``(rule, detail, queryset of task ids)`` for every way a rule can break."""
     tasks = Instance.objects.order_by("pk")
     dead_lease = Q(task__daemon__stopped__isnull=False)
-    # A row leased for a moment is allowed to a live daemon only, and not at all once settled.
-    transient_lease = Q(task__daemon__isnull=False) if settled else dead_lease
+    # A row leased for a moment is allowed to a live daemon only, and not at all once
+    # settled; a pull consumer's lease of a task an operator ended or re-enqueued lasts
+    # until its deadline (the consumer cannot be stopped), settled or not.
+    consumers_lease = Q(task__daemon__consumer__gt="", task__deadline__gt=Now())
+    transient_lease = (Q(task__daemon__isnull=False) & ~consumers_lease) if settled else dead_lease
 
     def ids(queryset):
         return list(queryset.values_list("pk", flat=True).distinct())

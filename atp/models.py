@@ -167,8 +167,8 @@ class Daemon(models.Model):
     # at their deadline (atp.engine.pull), and no reaper declares it stopped.
     consumer = models.CharField(
         max_length=CONSUMER_MAX_LENGTH, blank=True,
-        help_text="Set for a pull consumer (atp.lease_tasks): its name. Its heartbeat is "
-        "its last lease; its leases end at their deadline.",
+        help_text="Set for a pull consumer (atp.lease_tasks): its name. It never "
+        "heartbeats (its heartbeat is its first lease); its leases end at their deadline.",
     )
 
     class Meta:

@@ -157,6 +157,7 @@ def _write(fast, task_type, encoded, priority, schedule, named=False, tag=None):
         notify = schedule <= timezone.now()
     else:
         notify = not schedule
+    notify = notify and not task_type.pull  # no daemon claims a pull type's tasks
     try:
         if len(encoded) == 1:
             [(identifier, data)] = encoded
@@ -293,7 +294,7 @@ def _insert(task_type, entries, priority, schedule, named=False, tag=None):
         LogRecord(instance=instance, time=now, status=Status.ACCEPTED, message="enqueued")
         for instance in instances
     )
-    if not_before <= now:
+    if not_before <= now and not task_type.pull:  # no daemon claims a pull type's tasks
         notify_runnable()
     return instances
 

@@ -71,8 +71,6 @@ def lease_tasks(type_identifier, limit, lease_seconds, tag=None, group_by_tag=Fa
 @queue_write
 def _lease(type_id, limit, lease, tag, group_by_tag, consumer):
     holder = _consumer(consumer)
-    if not Type.objects.filter(pk=type_id, is_paused=False).exists():
-        return []
     rows = runnable_tasks([type_id])
     if tag is not None:
         rows = rows.filter(tag=tag)
@@ -82,7 +80,9 @@ def _lease(type_id, limit, lease, tag, group_by_tag, consumer):
             return []
         rows = rows.filter(tag=first[0]) if first[0] is not None else rows.filter(tag__isnull=True)
     pks = list(rows.values_list("instance_id", flat=True)[:limit])
-    if not pks:
+    # Read after the rows are locked: a task enqueued after the type stopped being a
+    # pull type (or was paused) is seen with the type as it is now, and not leased.
+    if not pks or not Type.objects.filter(pk=type_id, pull=True, is_paused=False).exists():
         return []
     instances, strays = lease_rows(holder, pks, lease=lease,
                                    message=f"leased for {lease.total_seconds():g} s")
@@ -97,10 +97,14 @@ def _lease(type_id, limit, lease, tag, group_by_tag, consumer):
 
 def _consumer(name):
     """Return the ``Daemon`` row of consumer ``name``, made on its first lease."""
-    # Never written after: every lease of a consumer refers to the row, and a write
-    # would make two leases of one consumer wait for each other.
+    # Never written after (but to take one back that was declared stopped): every lease
+    # of a consumer refers to the row, and a write would make two leases of one
+    # consumer wait for each other.
     holder, _ = Daemon.objects.get_or_create(consumer=name, defaults={
         "host": socket.gethostname()[:255], "pid": 0, "started": Now(), "heartbeat": Now()})
+    if holder.stopped is not None:  # its leases were ended when it was: it starts anew
+        Daemon.objects.filter(pk=holder.pk).update(stopped=None)
+        holder.stopped = None
     return holder
 
 

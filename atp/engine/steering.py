@@ -25,7 +25,7 @@ from atp.engine.locks import lock_task
 from atp.engine.notify import notify_runnable
 from atp.engine.transitions import move, refusal
 from atp.exceptions import InvalidTransition, TaskAlreadyExists
-from atp.models import Instance, Task
+from atp.models import Daemon, Instance, Task, Type
 from atp.states import IN_FLIGHT, LIVE, Status
 
 ENDED_FOR_RETRY = (Status.FAILED, Status.CANCELLED)
@@ -35,7 +35,11 @@ ENDED_FOR_RETRY = (Status.FAILED, Status.CANCELLED)
 def pause(instance, message="", *, by=None):
     """Move a RUNNING task to PAUSED and stop its time-out clock; its daemon suspends the worker."""
     pk = pk_of(instance)
-    lock_task(pk)
+    locked = lock_task(pk)
+    if Type.objects.filter(pk=locked.type_id, pull=True).exists():
+        raise InvalidTransition(
+            f"task #{pk} is of a pull type: its consumer, outside atpd, cannot be suspended "
+            "(cancel or re-enqueue it instead)", current=locked.status, target=Status.PAUSED)
     queue_row(pk).filter(paused_since__isnull=True).update(paused_since=Now())
     return move(pk, Status.PAUSED, sources={Status.RUNNING}, message=message or "paused", by=by)
 
@@ -91,9 +95,13 @@ def reenqueue(instance, message="", *, by=None):
         return _retry_ended(locked, message or f"re-enqueued after {locked.status}", by)
     if locked.status not in IN_FLIGHT:
         raise refusal(pk, Status.ACCEPTED)
-    # A lease stays with its daemon until it has stopped the worker; a held task's
-    # row is claimable at once.
-    queue_row(pk).update(deadline=None, paused_since=None)
+    # A lease stays with its daemon until it has stopped the worker, and with a pull
+    # consumer, which cannot be stopped, until its deadline; a held task's row is
+    # claimable at once.
+    if locked.is_leased and Daemon.objects.filter(pk=locked.lease, consumer__gt="").exists():
+        queue_row(pk).update(paused_since=None)
+    else:
+        queue_row(pk).update(deadline=None, paused_since=None)
     attempt = move(
         pk, Status.ACCEPTED, sources=set(IN_FLIGHT), changes={"started": None},
         message=message or "re-enqueued", by=by,

@@ -83,7 +83,10 @@ def _save_type(identifier, handler_path, parameters, *, pull=False):
 
 def _check_queue_empty(task_type, pull):
     """Raise ``TaskTypeInUse`` while ``task_type`` has queued tasks: a daemon's lease and a
-    consumer's must never meet on one type."""
+    consumer's must never meet on one type. The type's row is locked FOR UPDATE first,
+    which an enqueue's foreign key (KEY SHARE) waits for: no task of the type is
+    enqueued between the count and the switch's commit."""
+    list(Type.objects.select_for_update().filter(pk=task_type.pk).values_list("pk"))
     queued = Task.objects.filter(type=task_type).count()
     if queued:
         became = "a pull type" if pull else "a type atpd runs"

@@ -13,7 +13,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='daemon',
             name='consumer',
-            field=models.CharField(blank=True, help_text='Set for a pull consumer (atp.lease_tasks): its name. Its heartbeat is its last lease; its leases end at their deadline.', max_length=100),
+            field=models.CharField(blank=True, help_text='Set for a pull consumer (atp.lease_tasks): its name. It never heartbeats (its heartbeat is its first lease); its leases end at their deadline.', max_length=100),
         ),
         migrations.AddField(
             model_name='instance',

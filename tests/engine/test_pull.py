@@ -269,17 +269,52 @@ def test_an_operator_cancel_keeps_the_lease_until_it_expires(pull_type):
     assert_invariants()
 
 
-def test_an_operator_reenqueue_makes_the_task_leasable_and_fences_the_old_lease(pull_type):
+def test_an_operator_reenqueue_keeps_the_lease_until_its_deadline(pull_type):
+    """A review found the task leased again at once, while its first consumer, which
+    nothing can stop, still worked on it: twice at once."""
     atp.enqueue("tests.pull")
     [task] = atp.lease_tasks("tests.pull", 1, 60)
     atp.reenqueue(task.pk)
     assert_invariants()
-    [again] = atp.lease_tasks("tests.pull", 1, 60)
+    assert [str(v) for v in check_queue(settled=True)] == []
+    assert engine.expire_leases() == 0
+    assert atp.lease_tasks("tests.pull", 1, 60, consumer="other") == []  # still the first's
+    expire(task)
+    [again] = atp.lease_tasks("tests.pull", 1, 60, consumer="other")
     assert (again.pk, again.attempt, again.restarts) == (task.pk, 2, 0)
     with pytest.raises(AttemptSuperseded):
         atp.complete(task)
     atp.complete(again)
     assert_invariants()
+
+
+def test_an_operator_cannot_pause_a_pull_task(pull_type):
+    atp.enqueue("tests.pull")
+    [task] = atp.lease_tasks("tests.pull", 1, 60)
+    with pytest.raises(InvalidTransition, match="pull type"):
+        atp.pause(task.pk)
+    assert state(task) == (Status.RUNNING, 1, 0)
+    assert Task.objects.get(pk=task.pk).paused_since is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_type_becoming_an_atpd_type_is_not_leased_by_a_consumer_meanwhile(noop_type):
+    """A review found a task enqueued while its type switched from pull to atpd leased by
+    a consumer: the switch now locks the type's row against enqueues, and the lease
+    reads the type after it locked its rows."""
+    atp.register_pull_type("tests.pull")
+
+    def enqueue_then_lease():
+        atp.enqueue("tests.pull")
+        return atp.lease_tasks("tests.pull", 1, 60)
+
+    first, second = interleave(
+        lambda: atp.register_task_type("tests.pull", "tests.handlers.noop"),
+        enqueue_then_lease, pause_after=r'SELECT COUNT\(\*\).*"atp_task"')
+    first.get()
+    with pytest.raises(InvalidParameter, match="not a pull type"):
+        second.get()  # it read the type after the switch: refused before any lease
+    assert not Task.objects.filter(daemon__isnull=False).exists()
 
 
 # -- fencing -------------------------------------------------------------------------
@@ -330,11 +365,12 @@ def test_a_task_atpd_runs_is_refused(noop_type, pull_type):
     assert state(task) == (Status.SCHEDULED, 1, 0)
 
 
-def test_an_expiry_racing_an_extension_keeps_the_extended_lease(pull_type):
+def test_an_expiry_of_a_lease_being_extended_reads_the_deadline_under_the_lock(pull_type):
     atp.enqueue("tests.pull")
     [task] = atp.lease_tasks("tests.pull", 1, 60)
-    # The reaper found the lease expired just before the extension (both read the
-    # database clock a moment apart), then waits for the task's lock.
+    # The sweep is handed the lease while an extension holds the task's lock: it waits,
+    # then reads the deadline the extension wrote (without the reading under the lock
+    # it would restart the task on what it was handed).
     first, second = interleave(lambda: atp.extend_lease(task, 600),
                                lambda: pull._expire(task.pk, task.daemon_id),
                                pause_after=r'UPDATE "atp_task"')

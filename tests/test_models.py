@@ -46,10 +46,11 @@ def million_ended_tasks(postgres_only, noop_type):
     with connection.cursor() as cursor:
         cursor.execute(
             """
-            INSERT INTO atp_instance (type_id, identifier, status, priority, attempt, restarts,
-                                      retries, progress_message, created, updated, started,
-                                      finished)
-            SELECT %s, 'ended-' || n, 'FINISHED', 0, 1, 0, 0, '', now(), now(), now(), now()
+            INSERT INTO atp_instance (type_id, identifier, named, status, priority, attempt,
+                                      restarts, retries, progress_message, created, updated,
+                                      started, finished)
+            SELECT %s, 'ended-' || n, false, 'FINISHED', 0, 1, 0, 0, '', now(), now(), now(),
+                   now()
             FROM generate_series(1, 1000000) AS n
             """,
             [noop_type.pk],

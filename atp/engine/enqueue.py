@@ -120,8 +120,7 @@ def _enqueue(type_identifier, entries, priority, schedule, named=False, tag=None
         encoded = [(identifier, _dump(inputs, task_type)) for identifier, inputs in entries]
         return _insert(task_type, encoded, priority, schedule, named, tag)
     for attempt in range(3):
-        # A name's window is read as it is now: a stale one could let a name be reused.
-        task_type = _types.get(key) if attempt == 0 and not named else None
+        task_type = _types.get(key) if attempt == 0 else None
         fresh = task_type is None
         if fresh:
             task_type = _types[key] = get_type(type_identifier)
@@ -132,7 +131,12 @@ def _enqueue(type_identifier, entries, priority, schedule, named=False, tag=None
                 raise
             continue  # its limit may have grown since it was read
         if named and task_type.dedup_window:
-            return _insert(task_type, encoded, priority, schedule, named, tag)
+            # The window as it is now (the engine's statement refuses a named task of a
+            # type that got one since it was read).
+            task_type = _types[key] = get_type(key)
+            if task_type.dedup_window:
+                encoded = [(identifier, _dump(inputs, task_type)) for identifier, inputs in entries]
+                return _insert(task_type, encoded, priority, schedule, named, tag)
         if task_type.max_queued is not None:
             task_type = _types[key] = get_type(key)  # as it is now: the limit may be gone
             if task_type.max_queued is not None:

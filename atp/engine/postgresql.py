@@ -631,15 +631,17 @@ def _insert(model, obj, connection, expressions):
     return sql, params
 
 
-def _type_as_read(task_type, size):
-    """Return the SQL selecting ``task_type`` only while it is as read: same identifier and
-    format, a limit inputs of ``size`` bytes fit in, no ``max_queued`` (an enqueue within
-    one counts the queue, see ``enqueue``). Otherwise an enqueue writes nothing and its
-    caller reads the type again."""
+def _type_as_read(task_type, size, named=False):
+    """Return the SQL selecting ``task_type`` only while it is as read: same identifier,
+    format and kind (pull or not), a limit inputs of ``size`` bytes fit in, no
+    ``max_queued`` (an enqueue within one counts the queue, see ``enqueue``), and for a
+    ``named`` task no ``dedup_window`` (one is checked by the ORM form). Otherwise an
+    enqueue writes nothing and its caller reads the type again."""
+    window = " AND dedup_window IS NULL" if named else ""
     return (f"SELECT 1 FROM {TYPE} WHERE id = %s AND identifier = %s AND input_format = %s "
-            "AND COALESCE(max_input_bytes, %s) >= %s AND max_queued IS NULL",
+            f"AND COALESCE(max_input_bytes, %s) >= %s AND max_queued IS NULL AND pull = %s{window}",
             [task_type.pk, task_type.identifier, task_type.input_format, conf.MAX_INPUT_BYTES,
-             size])
+             size, task_type.pull])
 
 
 def _not_before(value):
@@ -664,7 +666,7 @@ def enqueue(task_type, instance, data, not_before, size, notify):
     record = LogRecord(status=Status.ACCEPTED, message="enqueued")
     now = "STATEMENT_TIMESTAMP()"
     parts = [
-        _type_as_read(task_type, size),
+        _type_as_read(task_type, size, instance.named),
         _insert(Instance, instance, connection, {"created": now, "updated": now}),
         _insert(Task, task, connection, {"instance_id": "new.id", "enqueued": "new.created",
                                          "not_before": _not_before(not_before)}),

@@ -411,8 +411,10 @@ def _template(fields, obj, connection):
     return [field.get_db_prep_save(getattr(obj, field.attname), connection) for field in fields]
 
 
+#: See ``postgresql._type_as_read``.
 TYPE_AS_READ = (f"SELECT 1 FROM {TYPE} WHERE id = %s AND identifier = %s AND input_format = %s "
-                "AND COALESCE(max_input_bytes, %s) >= %s AND max_queued IS NULL")
+                "AND COALESCE(max_input_bytes, %s) >= %s AND max_queued IS NULL AND pull = %s")
+NAMED_TYPE_AS_READ = TYPE_AS_READ + " AND dedup_window IS NULL"
 
 
 def enqueue_many(task_type, identifiers, data, priority, not_before, notify, tag=None,
@@ -428,8 +430,9 @@ def enqueue_many(task_type, identifiers, data, priority, not_before, notify, tag
     start = not_before if not isinstance(not_before, datetime.timedelta) else moment + not_before
     size = max((len(item.encode("utf-8")) for item in data), default=0)
     with connection.cursor() as cursor:
-        cursor.execute(TYPE_AS_READ, [task_type.pk, task_type.identifier, task_type.input_format,
-                                      conf.MAX_INPUT_BYTES, size])
+        cursor.execute(NAMED_TYPE_AS_READ if named else TYPE_AS_READ, [
+            task_type.pk, task_type.identifier, task_type.input_format, conf.MAX_INPUT_BYTES,
+            size, task_type.pull])
         if cursor.fetchone() is None:
             return None
         keys = _insert_instances(cursor, connection, identifiers, Instance(

@@ -40,9 +40,9 @@ def _enqueue(count):
         cursor.execute(
             """
             WITH new AS (
-                INSERT INTO atp_instance (type_id, identifier, status, priority, attempt,
+                INSERT INTO atp_instance (type_id, identifier, named, status, priority, attempt,
                     restarts, retries, progress_message, created, updated)
-                SELECT %s, 'waiting-' || n, 'ACCEPTED', n %% 3, 0, 0, 0, '', now(), now()
+                SELECT %s, 'waiting-' || n, false, 'ACCEPTED', n %% 3, 0, 0, 0, '', now(), now()
                 FROM generate_series(1, %s) AS n
                 RETURNING id, identifier, priority, created
             )

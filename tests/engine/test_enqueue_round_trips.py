@@ -8,6 +8,7 @@ from django.test.utils import CaptureQueriesContext
 import atp
 from atp.engine import postgresql
 from atp.engine.engines import engine
+from atp.engine.types import update_task_type
 from atp.exceptions import InputsTooLarge, TaskAlreadyExists, TaskTypeNotFound
 from atp.models import Inputs, Instance, LogRecord, Task, Type
 from atp.states import Status
@@ -26,6 +27,8 @@ def _counts():
 
 
 def test_a_single_enqueue_is_one_round_trip_that_writes_everything(postgres_only, noop_type):
+    # A name without a de-duplication window (with one, see test_named_tasks.py).
+    update_task_type("tests.noop", dedup_window=None)
     atp.enqueue("tests.noop")  # reads the type once
     with CaptureQueriesContext(connection) as queries:
         instance = atp.enqueue("tests.noop", {"n": 1}, identifier="job-1", priority=4)

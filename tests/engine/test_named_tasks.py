@@ -10,7 +10,7 @@ import pytest
 import atp
 from atp import engine
 from atp.exceptions import TaskAlreadyExists
-from atp.models import Instance, Task, Tombstone
+from atp.models import Instance, Task, Tombstone, Type
 from atp.states import Status
 from tests.factories import TaskFactory
 from tests.interleave import interleave
@@ -149,3 +149,21 @@ def test_an_older_end_never_replaces_a_later_tombstone(noop_type):
     engine.update_task_type("tests.noop", dedup_window=datetime.timedelta(days=9))
     atp.purge_finished(older_than=0)
     assert list(Tombstone.objects.values_list("ended", flat=True)) == [later.finished]
+
+
+def test_a_window_set_since_a_process_read_the_type_holds_at_once(noop_type):
+    """The one-statement enqueue refuses a named task of a type that got a window since
+    this process cached it: the name is then checked."""
+    engine.update_task_type("tests.noop", dedup_window=None)
+    TaskFactory(type=noop_type, identifier="late", status=Status.FINISHED)
+    atp.enqueue("tests.noop", identifier="warm")  # the type, without a window, cached
+    Type.objects.filter(pk=noop_type.pk).update(dedup_window=datetime.timedelta(days=9))
+    with pytest.raises(TaskAlreadyExists, match="stays taken"):
+        atp.enqueue("tests.noop", identifier="late")
+
+
+def test_a_named_task_of_a_type_without_window_is_marked_named(noop_type):
+    engine.update_task_type("tests.noop", dedup_window=None)
+    task = atp.enqueue("tests.noop", identifier="plain")
+    assert Instance.objects.get(pk=task.pk).named
+    assert not Instance.objects.get(pk=atp.enqueue("tests.noop").pk).named

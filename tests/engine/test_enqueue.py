@@ -184,7 +184,7 @@ def test_enqueue_many_writes_one_statement_per_table(noop_type):
     with CaptureQueriesContext(connection) as few:
         atp.enqueue_many("tests.noop", [{"n": n} for n in range(3)])
     with CaptureQueriesContext(connection) as many:
-        atp.enqueue_many("tests.noop", [{"n": n} for n in range(60)])
+        atp.enqueue_many("tests.noop", [{"n": n} for n in range(30)])
     # SQLite: savepoint, the type as read, 4 inserts, release (the ORM form: type, clock
     # too). PostgreSQL: savepoint, one statement for the 4 tables, NOTIFY, release.
     assert len(many) == len(few) <= (4 if engine_of_the_database() is postgresql else 9)

@@ -586,7 +586,3 @@ class Batch(models.Model):
 
     def __str__(self):
         return f"batch #{self.pk}{f' {self.name}' if self.name else ''}"
-
-    @property
-    def is_complete(self):
-        return self.completed is not None

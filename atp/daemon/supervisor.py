@@ -421,13 +421,10 @@ class Supervisor:
         the next poll."""
         self.schedules.done(now)
         self.next_schedule = None
-        try:
-            enqueued, seconds = maintenance.enqueue_due_schedules()
-        except CONNECTION_ERRORS:
-            raise
-        except Exception:  # a write the database refused: not the end of the daemon
-            logger.exception("enqueueing the due runs of schedules failed")
+        done = self._duty("enqueueing the due runs of schedules", maintenance.enqueue_due_schedules)
+        if done is None:
             return
+        enqueued, seconds = done
         self.should_claim = self.should_claim or enqueued > 0
         if seconds is not None and seconds < self.config.poll_interval:
             self.next_schedule = time.monotonic() + seconds

@@ -258,12 +258,13 @@ def _lock_daemon(daemon):
 
 
 def _free_slots(limits):
-    """Return ``(free, buckets)``: how many more tasks each limited type may start (its
-    ``max_concurrency`` less what runs, and the whole tokens in its bucket), and the
-    tokens in the bucket of each type with a rate, as of now (``atp.rates``)."""
+    """Return ``(free, buckets, now)``: how many more tasks each limited type may start
+    (its ``max_concurrency`` less what runs, and the whole tokens in its bucket), the
+    tokens in the bucket of each type with a rate as of ``now`` (``atp.rates``), and
+    that moment (None without a rate)."""
     limited = [type_id for type_id, is_limited in limits.items() if is_limited]
     if not limited:
-        return {}, {}
+        return {}, {}, None
     # Locking the limited types' rows serialises the claims of those types across
     # daemons, so two daemons cannot both count the last free slot, or token; what is
     # read under the lock is the type as it is now.
@@ -289,13 +290,13 @@ def _free_slots(limits):
             buckets[type_id] = tokens_now(rate, size, tokens, tokens_at, now)
             slots.append(math.floor(buckets[type_id]))
         free[type_id] = min(slots, default=0)  # none: it is limited no more, wait a round
-    return free, buckets
+    return free, buckets, now
 
 
-def _spend_tokens(buckets, claimed_types):
-    """Take a token from each bucket (``_free_slots``) per task of its type claimed."""
+def _spend_tokens(buckets, now, claimed_types):
+    """Take a token from each bucket (``_free_slots``, as of ``now``) per task of its type
+    claimed."""
     spent = collections.Counter(claimed_types)
-    now = database_now(database())
     for type_id, tokens in buckets.items():
         if spent[type_id]:  # a bucket none was taken from stays as it is
             Type.objects.filter(pk=type_id).update(tokens=tokens - spent[type_id], tokens_at=now)
@@ -303,8 +304,8 @@ def _spend_tokens(buckets, claimed_types):
 
 def _take(limit, limits):
     """Return ``(keys of up to limit runnable tasks in claim order, within limits,
-    their types, the buckets of the types with a rate)``."""
-    free, buckets = _free_slots(limits)
+    their types, (the buckets of the types with a rate, as of when))``."""
+    free, buckets, now = _free_slots(limits)
     eligible = {type_id for type_id in limits if free.get(type_id, 1) > 0}
     taken, types = [], {}
     while eligible and len(taken) < limit:
@@ -321,7 +322,7 @@ def _take(limit, limits):
             types[pk] = type_id
         if len(rows) < wanted:
             break
-    return taken, types, buckets
+    return taken, types, (buckets, now)
 
 
 def _runnable_keys(type_ids, taken, limit):
@@ -357,12 +358,12 @@ def runnable_keys_statement(type_ids, taken, limit):
 
 def _claim_with_orm(daemon, limit, limits):
     """Claim with the ORM; return ``(instances in claim order, keys of stray rows)``."""
-    pks, types, buckets = _take(limit, limits)
+    pks, types, (buckets, now) = _take(limit, limits)
     if not pks:
         return [], []
     instances, strays = lease_rows(daemon, pks)
     if buckets:
-        _spend_tokens(buckets, [types[instance.pk] for instance in instances])
+        _spend_tokens(buckets, now, [types[instance.pk] for instance in instances])
     return instances, strays
 
 

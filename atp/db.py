@@ -10,7 +10,9 @@ PostgreSQL transactions are retried on deadlock and serialisation failures.
 
 Django 5.1+ can make every transaction of a project immediate with
 ``OPTIONS["transaction_mode"]``; this does it for the queue's transactions only, on
-every supported Django.
+every supported Django. A queue verb called inside the caller's (deferred) transaction
+cannot start it again: it takes the write lock with its first statement instead
+(``writing_first``), so that the caller's block waits for the lock rather than fails.
 """
 
 import contextvars
@@ -118,6 +120,33 @@ def _outer_transaction(connection, alias):
             yield
 
 
+def _holds_immediate_transactions(connection):
+    return str(connection.settings_dict.get("OPTIONS", {}).get("transaction_mode", "")).upper() in (
+        "IMMEDIATE", "EXCLUSIVE")
+
+
+def take_write_lock(alias):
+    """Inside a caller's transaction on SQLite, take the database's write lock now,
+    waiting out the busy timeout, unless the transaction began immediate.
+
+    A deferred SQLite transaction that has read cannot wait for the write lock: when
+    another connection writes, its first write fails at once with "database is
+    locked" (waiting could deadlock two such readers). A queue verb that reads before
+    it writes (the task type, the task's row) would make the caller's block fail;
+    taking the lock with a write that changes nothing before reading lets it wait its
+    turn like any writer. A block that read before it called the verb is past saving:
+    it needs the project's ``transaction_mode`` (a system check warns without it).
+    """
+    connection = connections[alias]
+    if (connection.vendor != "sqlite" or not connection.in_atomic_block
+            or _holds_immediate_transactions(connection)):
+        return
+    from atp.models import Type  # atp.models imports from here
+
+    with connection.cursor() as cursor:
+        cursor.execute(f"UPDATE {Type._meta.db_table} SET id = id WHERE 0")
+
+
 _retry_budget = contextvars.ContextVar("atp_retry_budget", default=None)
 
 
@@ -147,6 +176,7 @@ def run_in_transaction(function, alias, *, single_statement=False):
     """
     connection = connections[alias]
     if connection.in_atomic_block:
+        take_write_lock(alias)
         with transaction.atomic(using=alias):
             return function()
     budget = _retry_budget.get()

@@ -21,11 +21,12 @@ def environment(**extra):
     }
 
 
-def start_module(module, *args, **popen_options):
-    """Start ``python -m module args...`` in the project root; return the ``Popen``."""
+def start_module(module, *args, extra_env=None, **popen_options):
+    """Start ``python -m module args...`` in the project root (``extra_env`` added to its
+    environment); return the ``Popen``."""
     return subprocess.Popen(
         [sys.executable, "-m", module, *map(str, args)],
-        cwd=PROJECT_ROOT, env=environment(), text=True,
+        cwd=PROJECT_ROOT, env=environment(**(extra_env or {})), text=True,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, **popen_options,
     )
 

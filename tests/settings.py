@@ -70,6 +70,10 @@ else:
             "TEST": {"NAME": _sqlite_path},
         }
     }
+    if os.environ.get("ATP_TEST_SQLITE_DJANGO_DEFAULTS"):
+        # Django's own SQLite options (a 5 s busy timeout, deferred transactions), as a
+        # project that set none runs with.
+        del DATABASES["default"]["OPTIONS"]
 if os.environ.get("ATP_TEST_DB_NAME"):
     DATABASES["default"]["NAME"] = os.environ["ATP_TEST_DB_NAME"]
 

@@ -1,10 +1,11 @@
 import logging
+import signal
 import sqlite3
 import threading
 import time
 
 import pytest
-from django.db import OperationalError, connection
+from django.db import OperationalError, connection, transaction
 from django.db.models.functions import Now
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
@@ -115,3 +116,81 @@ def test_a_deadlocked_queue_write_is_retried(postgres_only, noop_type):
     finally:
         other.close()
     assert set(Instance.objects.values_list("priority", flat=True)) == {1}
+
+
+def _enqueue_one():
+    return [atp.enqueue("tests.noop")]
+
+
+def _enqueue_three():
+    return atp.enqueue_many("tests.noop", [{}, {}, {}])
+
+
+def _cancel_one():
+    # Made before the lock is taken; cancelled inside the block.
+    instance = atp.enqueue("tests.noop")
+
+    def cancel():
+        atp.cancel(instance)
+        return [instance]
+    return cancel
+
+
+@pytest.mark.parametrize("type_known", [True, False], ids=["type known", "type not read yet"])
+@pytest.mark.parametrize("verb", [_enqueue_one, _enqueue_three, _cancel_one])
+def test_a_block_that_only_enqueues_waits_for_the_write_lock(sqlite_only, noop_type, verb,
+                                                             type_known):
+    """Django's blocks are deferred on SQLite: a verb that read before it wrote could not
+    wait for the lock (SQLite refuses to turn a reader into a writer while another
+    connection writes) and failed the caller's block with "database is locked"."""
+    import importlib
+
+    enqueue_module = importlib.import_module("atp.engine.enqueue")
+
+    call = verb() if verb is _cancel_one else verb
+    if type_known:
+        atp.enqueue("tests.noop")
+    else:
+        enqueue_module._types.clear()
+    holder = hold_write_lock(0.5)
+    with transaction.atomic():
+        instances = call()
+    holder.join()
+    for instance in instances:
+        instance.refresh_from_db()
+    assert len(instances) == (3 if verb is _enqueue_three else 1)
+
+
+@pytest.mark.slow
+def test_three_daemons_and_four_enqueuing_processes_with_djangos_defaults(sqlite_only, tmp_path,
+                                                                          start_daemon):
+    """Blocks that only enqueue never fail, and every task runs once, on SQLite as a project
+    without a ``transaction_mode`` runs it. The daemons' lease outlasts the waits for the
+    lock of 7 processes writing all the time (a second or two on the ORM engine)."""
+    import json
+
+    from tests.processes import start_module, wait_until
+
+    atp.register_task_type("tests.exclusive_sleep", "tests.handlers.exclusive_sleep",
+                           max_restarts=0)
+    defaults = {"ATP_TEST_SQLITE_DJANGO_DEFAULTS": "1"}
+    daemons = [start_daemon("--workers", 2, ATP_DAEMON_TIMEOUT_SECONDS=15,
+                            ATP_HEARTBEAT_INTERVAL_SECONDS=1, **defaults) for _ in range(3)]
+    wait_until(lambda: all("started: 2 workers" in d.output() for d in daemons), timeout=60,
+               message="daemons started")
+    enqueuers = [start_module("tests.atomic_enqueuer", tmp_path, 40, extra_env=defaults)
+                 for _ in range(4)]
+    reports = [json.loads(process.communicate(timeout=300)[0]) for process in enqueuers]
+    errors = [error for report in reports for error in report["errors"]]
+    assert errors == [], f"{len(errors)} blocks failed: {errors[:3]}"
+    committed = [pk for report in reports for pk in report["committed"]]
+    assert len(committed) == 4 * 40 * 4
+    wait_until(lambda: Instance.objects.filter(status="FINISHED").count() == len(committed),
+               timeout=300, message="every task finished", output=daemons[0].output)
+    assert set(Instance.objects.values_list("pk", flat=True)) == set(committed)
+    assert not list(tmp_path.glob("*.overlap")), "a task ran twice at once"
+    assert set(Instance.objects.values_list("attempt", flat=True)) == {1}
+    for daemon in daemons:
+        assert "database unavailable" not in daemon.output()
+        daemon.signal(signal.SIGTERM)
+        assert daemon.wait(30) == 0, daemon.output()

@@ -2,7 +2,9 @@
 
 A daemon outlives database restarts and killed connections. Connection errors are
 told apart from other database errors; the broken connections are closed, so that
-the next query opens a new one, and the work is tried again with back-off.
+the next query opens a new one, and the work is tried again with back-off. A database
+that answers "busy" (SQLite's write lock held elsewhere, a deadlock) is not away: the
+work is simply tried again, on the same connection, without an outage.
 """
 
 import logging
@@ -13,6 +15,7 @@ from django.db import InterfaceError, OperationalError, connections
 from django.db.backends.signals import connection_created
 
 from atp.daemon.suspension import writing
+from atp.db import is_retryable
 from atp.exceptions import InvalidTransition, TaskNotFound
 
 logger = logging.getLogger(__name__)
@@ -106,10 +109,41 @@ def retry_while_unreachable(call, description):
                 return call()
         except CONNECTION_ERRORS as exc:
             delay = backoff.next()
-            logger.warning("%s: database unreachable (%s); retrying in %.1f s",
-                           description, exc, delay)
-        close_connections()
+            busy = is_retryable(exc)
+            logger.warning("%s: database %s (%s); retrying in %.1f s",
+                           description, "busy" if busy else "unreachable", exc, delay)
+            if not busy:
+                close_connections()
         time.sleep(delay)
+
+
+#: A database busy for longer than this without a break is worth an operator's look.
+LONG_CONTENTION_SECONDS = 10.0
+
+
+class Contention:
+    """Rounds that met a busy database: retried at once, logged only when it lasts."""
+
+    def __init__(self):
+        self.since = None
+        self.warned = False
+
+    def met(self, exc):
+        """Record a round that ended on a busy database (``atp.db.is_retryable``)."""
+        now = time.monotonic()
+        if self.since is None:
+            self.since = now
+        logger.debug("database busy (%s): the round is tried again", exc)
+        if not self.warned and now - self.since > LONG_CONTENTION_SECONDS:
+            self.warned = True
+            logger.warning("database busy for %.0f s (%s): a long transaction elsewhere "
+                           "holds the lock this daemon needs", now - self.since, exc)
+
+    def end(self):
+        """Record a round that went through."""
+        if self.warned:
+            logger.warning("database no longer busy after %.1f s", time.monotonic() - self.since)
+        self.since, self.warned = None, False
 
 
 class Outage:

@@ -28,6 +28,7 @@ from atp.daemon.outage import (
     CONNECTION_ERRORS,
     SUPERVISOR_WAIT_SECONDS,
     Backoff,
+    Contention,
     Outage,
     close_connections,
     harden_connections,
@@ -44,7 +45,7 @@ from atp.daemon.stopping import (
     write_after,
 )
 from atp.daemon.wakeup import Listener
-from atp.db import retry_budget
+from atp.db import is_retryable, retry_budget
 from atp.engine.base import database
 from atp.engine.claim import claimable_types
 from atp.engine.outcomes import Outcome
@@ -111,6 +112,7 @@ class Supervisor:
         self.stop_requests = 0
         self.drain_deadline = None
         self.outage = Outage()
+        self.contention = Contention()
         self.should_claim = True
         self.heartbeats = Every(conf.HEARTBEAT_INTERVAL_SECONDS)
         self.controls = Every(CONTROL_INTERVAL_SECONDS)
@@ -356,11 +358,17 @@ class Supervisor:
             with retry_budget(SUPERVISOR_WAIT_SECONDS):
                 self._database_work(now)
         except CONNECTION_ERRORS as exc:
-            self.outage.begin(exc)
-            self.listener.close()
+            if not is_retryable(exc):
+                self.outage.begin(exc)
+                self.listener.close()
+                return
+            # Busy (another writer holds SQLite's lock): answered, so not an outage;
+            # the rest of the round waits for the next one.
+            self.contention.met(exc)
         else:
-            if self.outage.end():
-                self.should_claim = True
+            self.contention.end()
+        if self.outage.end():
+            self.should_claim = True
 
     def _database_work(self, now):
         """The round's database work, in order; a connection error ends it early."""

@@ -18,7 +18,7 @@ from django.db.models.base import ModelState
 from django.utils import timezone
 
 from atp.conf import conf
-from atp.db import database_now, run_in_transaction
+from atp.db import database_now, run_in_transaction, take_write_lock
 from atp.engine.base import database, queue_write
 from atp.engine.batches import current_batch_id, member_of
 from atp.engine.engines import engine
@@ -112,6 +112,7 @@ def _enqueue(type_identifier, entries, priority, schedule, named=False, tag=None
     """Write ``entries`` (``(identifier, inputs)``) as tasks; return their ``Instance`` objects.
     ``named``: the identifiers were given (one entry), not drawn."""
     key = type_identifier.identifier if isinstance(type_identifier, Type) else type_identifier
+    take_write_lock(database())  # before the type is read in the caller's transaction
     if named:  # the type's window as it is now, not as a Type object given was read
         type_identifier = key
     fast = engine()

@@ -151,3 +151,33 @@ def test_an_outage_neither_spins_the_supervisor_nor_churns_workers(postgres_only
                timeout=60, message="runs after the outage", output=daemon.output)
     daemon.signal(signal.SIGTERM)
     assert daemon.wait(30) == 0, daemon.output()
+
+
+@pytest.fixture
+def sqlite_only():
+    if connection.vendor != "sqlite":
+        pytest.skip("SQLite's single write lock")
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_write_lock_held_elsewhere_is_waited_out_not_an_outage(sqlite_only, start_daemon):
+    import sqlite3
+
+    atp.register_task_type("tests.echo", "tests.handlers.echo")
+    daemon = start_daemon("--workers", 1, ATP_DAEMON_TIMEOUT_SECONDS=15)
+    wait_until(lambda: "started: 1 workers" in daemon.output(), timeout=30, message="started")
+    tasks = atp.enqueue_many("tests.echo", [{}] * 5)
+    # Longer than the supervisor waits for a lock in one round (1 s), shorter than its lease.
+    other = sqlite3.connect(connection.settings_dict["NAME"], isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    time.sleep(3)
+    other.execute("COMMIT")
+    other.close()
+    wait_until(lambda: finished_count() == 5, timeout=60, message="all tasks finished",
+               output=daemon.output)
+    assert "database unavailable" not in daemon.output()
+    assert "ERROR" not in daemon.output()
+    assert {i.attempt for i in Instance.objects.filter(pk__in=[t.pk for t in tasks])} == {1}
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait(30) == 0, daemon.output()

@@ -4,8 +4,10 @@ atpd runs it like any handler (time-out, restarts, fencing, pause, history). It 
 the framework's ``task_started`` and ``task_finished`` signals in the worker, around
 the call, with a ``TaskResult`` read from atp's rows; a ``takes_context`` function gets
 a ``TaskContext`` whose ``attempt`` counts the attempts that started, this one
-included. An exception the function raises fails the attempt: the runner notes its
-class path in the history, and atp writes its traceback with the FAILED state. What
+included. An exception the function raises (any ``BaseException``: ``SystemExit`` and
+``KeyboardInterrupt`` too, as Django's own backends record them) fails the attempt:
+the runner notes its class path in the history, and atp writes its traceback with the
+FAILED state, or retries it by the queue's retry policy. What
 the function returns is stored as the task's JSON response ``{"return_value": ...}``.
 """
 
@@ -44,7 +46,7 @@ def run(task, inputs):
         else:
             value = function.call(*result.args, **result.kwargs)
         value = normalize_json(value)
-    except Exception as exc:
+    except BaseException as exc:  # one failed attempt, whatever it is (atp.daemon.execution)
         kind = type(exc)
         path = f"{kind.__module__}.{kind.__qualname__}"
         try:

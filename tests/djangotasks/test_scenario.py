@@ -194,3 +194,22 @@ def test_a_queues_retry_policy_retries_a_failing_function(daemon, tmp_path):
     assert result.status == TaskResultStatus.SUCCESSFUL
     assert [error.exception_class for error in result.errors] == [ValueError]
     assert len(result.worker_ids) >= 2
+
+
+@pytest.mark.parametrize("kind", [SystemExit, KeyboardInterrupt])
+def test_a_function_raising_systemexit_or_keyboardinterrupt_fails_once_per_attempt(
+        start_daemon, kind):
+    daemon = start_daemon("--workers", "1")
+    before = finished(functions.worker_pid.enqueue(), daemon=daemon)
+    # Retried once by the queue's policy, as any failure of the function; the worker lives.
+    # (Tuned once the daemon wrote the settings' parameters at its start.)
+    atp.register_task_type("django.tasks/default/other", "atp.djangotasks.runner.run",
+                           retry_limit=1, min_backoff=0.1)
+    result = finished(functions.raise_base.using(queue_name="other").enqueue(kind.__name__),
+                      daemon=daemon)
+    after = finished(functions.worker_pid.enqueue(), daemon=daemon)
+    assert result.status == TaskResultStatus.FAILED
+    assert [error.exception_class for error in result.errors] == [kind, kind]
+    assert result.errors[0].exception_class_path == f"builtins.{kind.__name__}"
+    assert len(result.worker_ids) == 2
+    assert before.return_value == after.return_value, "the worker was replaced"

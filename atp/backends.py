@@ -14,6 +14,7 @@ See docs/django-tasks.md.
 
 import atp
 from atp.djangotasks import config, results
+from atp.djangotasks.exceptions import InvalidArguments, refusals
 from atp.djangotasks.compat import (
     BaseTaskBackend,
     InvalidTask,
@@ -47,17 +48,23 @@ class ATPBackend(BaseTaskBackend):
                 f"({task.func.__module__} is in neither): atpd runs only such code.")
 
     def enqueue(self, task, args, kwargs):
-        """Queue a call of ``task``; return its ``TaskResult`` (READY)."""
+        """Queue a call of ``task``; return its ``TaskResult`` (READY).
+
+        Raise what the framework's backends raise, each also atp's own exception
+        (``atp.djangotasks.exceptions``): ``InvalidArguments`` (a ``TypeError`` and a
+        ``ValueError``) for arguments that are not JSON, ``ArgumentsTooLarge``,
+        ``QueueFull``, ``InvalidTask``; nothing is written then."""
         self.validate_task(task)
         try:
             args, kwargs = normalize_json(list(args)), normalize_json(dict(kwargs))
         except (TypeError, ValueError) as exc:
-            raise InvalidTask(f"Task arguments must be JSON: {exc}") from exc
+            raise InvalidArguments(f"Task arguments must be JSON: {exc}") from exc
         inputs = {"task": task.module_path, "args": args, "kwargs": kwargs,
                   "run_after": None if task.run_after is None else task.run_after.isoformat()}
         # (validate_task refused a naive run_after: atp runs with USE_TZ, atp.E011.)
-        instance = atp.enqueue(config.type_identifier(self.alias, task.queue_name), inputs,
-                               priority=task.priority, eta=task.run_after)
+        with refusals(self.alias):
+            instance = atp.enqueue(config.type_identifier(self.alias, task.queue_name), inputs,
+                                   priority=task.priority, eta=task.run_after)
         result = TaskResult(
             task=task, id=str(instance.pk), status=TaskResultStatus.READY,
             enqueued_at=instance.created, started_at=None, finished_at=None,

@@ -1,5 +1,7 @@
 """ATPBackend without a daemon: validation, what enqueue writes, results, configuration."""
 
+import datetime
+
 import pytest
 from django.core.checks import run_checks
 from django.db import transaction
@@ -7,7 +9,14 @@ from django.test import override_settings
 
 import atp
 from atp.djangotasks import config
-from atp.djangotasks.compat import InvalidTask, TaskResultDoesNotExist, TaskResultStatus
+from atp.djangotasks.compat import (
+    InvalidTask,
+    InvalidTaskBackend,
+    TaskException,
+    TaskResultDoesNotExist,
+    TaskResultStatus,
+)
+from atp.exceptions import InputsNotSerializable, InputsTooLarge, QueueFull, TaskTypeNotFound
 from atp.models import Instance, Type
 from tests.djangotasks import functions
 
@@ -31,11 +40,46 @@ def test_an_unknown_queue_is_refused_at_validation():
         functions.add.using(queue_name="nowhere")
 
 
-def test_arguments_that_are_not_json_are_refused_and_nothing_is_written():
+@pytest.mark.parametrize("argument, framework_error, message", [
+    (datetime.datetime(2026, 1, 1), TypeError, "Unsupported type"),  # Django's own test
+    (object(), TypeError, "Unsupported type"),
+    (b"\xff", ValueError, "Unsupported value"),  # bytes that are not UTF-8
+    ("half a pair: \ud800", TypeError, "lone surrogate"),  # refused by atp, not the framework
+])
+def test_arguments_that_are_not_json_raise_what_the_framework_raises_and_nothing_is_written(
+        argument, framework_error, message):
     before = Instance.objects.count()
-    with pytest.raises((InvalidTask, TypeError)):
-        functions.add.enqueue(object(), 1)
+    with pytest.raises(framework_error, match=message) as caught:
+        functions.echo.enqueue(argument)
+    # And what callers of atp or of the backend before caught.
+    assert isinstance(caught.value, InvalidTask) and isinstance(caught.value, InputsNotSerializable)
     assert Instance.objects.count() == before
+
+
+def test_arguments_beyond_the_queues_input_limit_are_invalid_and_too_large():
+    atp.register_task_type("django.tasks/default/other", config.HANDLER, max_input_bytes=100)
+    with pytest.raises(InvalidTask, match="take at most 100 bytes") as caught:
+        functions.echo.using(queue_name="other").enqueue("x" * 1000)
+    assert isinstance(caught.value, InputsTooLarge)
+    assert not Instance.objects.filter(type__identifier="django.tasks/default/other").exists()
+
+
+def test_a_full_queue_is_a_task_exception_of_the_framework_and_atps_queue_full():
+    atp.register_task_type("django.tasks/default/other", config.HANDLER, max_queued=1)
+    functions.add.using(queue_name="other").enqueue(1, 1)
+    with pytest.raises(TaskException) as caught:
+        functions.add.using(queue_name="other").enqueue(1, 2)
+    assert isinstance(caught.value, QueueFull)
+    assert Instance.objects.filter(type__identifier="django.tasks/default/other").count() == 1
+
+
+def test_a_queue_of_a_backend_whose_settings_cannot_work_is_an_invalid_backend(settings):
+    tasks = {**settings.TASKS,
+             "broken": {"BACKEND": config.BACKEND_PATH, "OPTIONS": {"timeout": "soon"}}}
+    with override_settings(TASKS=tasks):
+        with pytest.raises(InvalidTaskBackend, match="atp.E020") as caught:
+            functions.add.using(backend="broken").enqueue(1, 1)
+    assert isinstance(caught.value, TaskTypeNotFound)
 
 
 def test_enqueue_is_part_of_the_callers_transaction():

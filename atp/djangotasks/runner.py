@@ -1,6 +1,8 @@
 """The handler of every Django Tasks queue: run the task function an atp task names.
 
-atpd runs it like any handler (time-out, restarts, fencing, pause, history). It sends
+atpd runs it like any handler (time-out, restarts, fencing, pause, history); a row
+naming what is not a task function atp runs (``atp.djangotasks.known``) fails for good,
+nothing imported. It sends
 the framework's ``task_started`` and ``task_finished`` signals in the worker, around
 the call, with a ``TaskResult`` read from atp's rows; a ``takes_context`` function gets
 a ``TaskContext`` whose ``attempt`` counts the attempts that started, this one
@@ -20,6 +22,7 @@ from atp.djangotasks import config, results
 from atp.djangotasks.compat import (
     TaskContext,
     TaskError,
+    TaskResultDoesNotExist,
     TaskResultStatus,
     framework,
     normalize_json,
@@ -27,6 +30,7 @@ from atp.djangotasks.compat import (
     task_started,
 )
 from atp.engine.base import daemon_label
+from atp.exceptions import PermanentFailure
 from atp.models import Instance, LogRecord
 
 logger = logging.getLogger(__name__)
@@ -37,7 +41,11 @@ def run(task, inputs):
     running ``task``; return its value for the response."""
     alias, _ = config.parse_identifier(task.type)
     backend = framework.task_backends[alias]
-    result = _running_result(task, alias)
+    try:
+        result = _running_result(task, alias)
+    except TaskResultDoesNotExist as exc:
+        # Not a task function atp runs (atp.djangotasks.known): it never will be.
+        raise PermanentFailure(f"not run: {exc}") from exc
     task_started.send(sender=type(backend), task_result=result)
     function = result.task
     try:

@@ -1,6 +1,8 @@
 """ATPBackend without a daemon: validation, what enqueue writes, results, configuration."""
 
 import datetime
+import re
+import sys
 
 import pytest
 from django.core.checks import run_checks
@@ -19,6 +21,7 @@ from atp.djangotasks.compat import (
 from atp.exceptions import InputsNotSerializable, InputsTooLarge, QueueFull, TaskTypeNotFound
 from atp.models import Instance, Type
 from tests.djangotasks import functions
+from tests.outside import tasks as outside_tasks
 
 pytestmark = pytest.mark.django_db
 
@@ -166,11 +169,58 @@ def test_a_task_in_a_queues_type_not_queued_by_the_backend_is_refused_clearly():
         functions.add.get_result(str(stray.pk))
 
 
-def test_a_function_outside_installed_apps_and_handler_modules_is_refused():
+def test_a_task_function_the_project_imports_at_start_up_is_queued_wherever_it_lives():
+    # tests.outside is neither an installed app nor in ATP_HANDLER_MODULES: an installed
+    # app imports it in its ready(), as Wagtail's imports modelsearch.tasks.
+    result = outside_tasks.add.enqueue(2, 3)
+    instance = Instance.objects.get(pk=int(result.id))
+    assert instance.load_inputs()["task"] == "tests.outside.tasks.add"
+    assert outside_tasks.add.get_result(result.id).args == [2, 3]
+
+
+def test_a_task_function_made_after_start_up_outside_the_allowed_modules_is_refused_at_enqueue():
     import json
 
-    with pytest.raises(InvalidTask, match="installed app or ATP_HANDLER_MODULES"):
-        functions.task()(json.dumps)
+    made = functions.task()(json.dumps)  # applying @task never raises for where it lives
+    before = Instance.objects.count()
+    with pytest.raises(InvalidTask, match="json is not in an installed app or ATP_HANDLER_MODULES"):
+        made.enqueue({})
+    assert Instance.objects.count() == before
+
+
+def test_a_task_whose_module_path_names_no_task_is_refused_at_enqueue():
+    before = Instance.objects.count()
+    with pytest.raises(InvalidTask, match="tests.outside.tasks._wrapped' is not a task function"):
+        outside_tasks.renamed.enqueue(1)
+    assert Instance.objects.count() == before
+
+
+def test_a_task_whose_module_path_names_another_task_function_is_refused_at_enqueue():
+    def add(a, b):
+        return "not the add atpd would run"
+
+    add.__module__, add.__qualname__ = functions.__name__, "add"
+    impostor = functions.task()(add)
+    with pytest.raises(InvalidTask, match="'tests.djangotasks.functions.add' is another task"):
+        impostor.enqueue(1, 2)
+
+
+@pytest.mark.parametrize("path, reason", [
+    ("os.system", "os is not in an installed app"),
+    ("json.dumps", "json is not in an installed app"),
+    ("tests.outside.never_imported.boom", "tests.outside.never_imported is not in an installed"),
+    ("tests.outside.tasks.plain", "is not in an installed app"),  # no task was made there
+    ("tests.handlers.noop", "'tests.handlers.noop' is not a task function"),
+    ("tests.djangotasks.functions.RECEIVERS", "is not a task function"),
+    ("tests.djangotasks.gone.add", "cannot import tests.djangotasks.gone"),
+])
+def test_a_result_naming_anything_but_a_task_function_atp_may_run_is_refused(path, reason):
+    functions.add.enqueue(1, 1)  # the queue's type exists
+    forged = atp.enqueue("django.tasks/default/default",
+                         {"task": path, "args": [], "kwargs": {}, "run_after": None})
+    with pytest.raises(TaskResultDoesNotExist, match=re.escape(reason)):
+        functions.add.get_result(str(forged.pk))
+    assert "tests.outside.never_imported" not in sys.modules
 
 
 def test_a_task_whose_queue_left_the_settings_is_still_read():

@@ -13,7 +13,7 @@ See docs/django-tasks.md.
 """
 
 import atp
-from atp.djangotasks import config, results
+from atp.djangotasks import config, known, results
 from atp.djangotasks.compat import (
     BaseTaskBackend,
     InvalidTask,
@@ -22,7 +22,8 @@ from atp.djangotasks.compat import (
     normalize_json,
     task_enqueued,
 )
-from atp.registry import is_allowed_module
+from atp.djangotasks.exceptions import InvalidArguments, refusals
+from atp.exceptions import InvalidHandler
 
 
 class ATPBackend(BaseTaskBackend):
@@ -38,26 +39,40 @@ class ATPBackend(BaseTaskBackend):
         self.params = params
 
     def validate_task(self, task):
+        """Validate as the framework does, and note the task for atpd (``known``).
+
+        Where the function lives is checked at ``enqueue``, not here: ``@task`` runs while
+        modules are imported, Django's start-up among them, which must never fail for it.
+        """
         super().validate_task(task)
-        if not task.module_path or "<" in task.module_path:
-            raise InvalidTask("Task function must be importable by its module path.")
-        if not is_allowed_module(task.func.__module__):
-            raise InvalidTask(
-                f"Task function must be in an installed app or ATP_HANDLER_MODULES "
-                f"({task.func.__module__} is in neither): atpd runs only such code.")
+        known.note(task)
 
     def enqueue(self, task, args, kwargs):
-        """Queue a call of ``task``; return its ``TaskResult`` (READY)."""
+        """Queue a call of ``task``; return its ``TaskResult`` (READY).
+
+        Raise what the framework's backends raise, each also atp's own exception
+        (``atp.djangotasks.exceptions``): ``InvalidArguments`` (a ``TypeError`` and a
+        ``ValueError``) for arguments that are not JSON, ``ArgumentsTooLarge``,
+        ``QueueFull``, ``InvalidTask`` (also for a function atpd would not run, see
+        ``atp.djangotasks.known``); nothing is written then."""
         self.validate_task(task)
+        try:
+            found = known.find(task.module_path)
+        except InvalidHandler as exc:
+            raise InvalidTask(f"atpd would not run this task: {exc}; {known.HINT}.") from exc
+        if found.func is not task.func:
+            raise InvalidTask(f"atpd would not run this task: {task.module_path!r} is another "
+                              "task function")
         try:
             args, kwargs = normalize_json(list(args)), normalize_json(dict(kwargs))
         except (TypeError, ValueError) as exc:
-            raise InvalidTask(f"Task arguments must be JSON: {exc}") from exc
+            raise InvalidArguments(f"Task arguments must be JSON: {exc}") from exc
         inputs = {"task": task.module_path, "args": args, "kwargs": kwargs,
                   "run_after": None if task.run_after is None else task.run_after.isoformat()}
         # (validate_task refused a naive run_after: atp runs with USE_TZ, atp.E011.)
-        instance = atp.enqueue(config.type_identifier(self.alias, task.queue_name), inputs,
-                               priority=task.priority, eta=task.run_after)
+        with refusals(self.alias):
+            instance = atp.enqueue(config.type_identifier(self.alias, task.queue_name), inputs,
+                                   priority=task.priority, eta=task.run_after)
         result = TaskResult(
             task=task, id=str(instance.pk), status=TaskResultStatus.READY,
             enqueued_at=instance.created, started_at=None, finished_at=None,

@@ -74,6 +74,20 @@ def exit_3(task, inputs):
     sys.exit(3)
 
 
+#: What ``raise_base_exception`` raises: exceptions that are not ``Exception`` s.
+BASE_EXCEPTIONS = {
+    "SystemExit": lambda: SystemExit(3),
+    "KeyboardInterrupt": KeyboardInterrupt,
+    "GeneratorExit": GeneratorExit,
+}
+
+
+def raise_base_exception(task, inputs):
+    """Raise the ``BaseException`` that is not an ``Exception`` named ``inputs["kind"]``,
+    as ``sys.exit(3)`` or a Ctrl-C in the handler's own code would."""
+    raise BASE_EXCEPTIONS[inputs["kind"]]()
+
+
 def hard_exit_0(task, inputs):
     os._exit(0)
 

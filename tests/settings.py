@@ -25,6 +25,8 @@ INSTALLED_APPS = [
     "django_admin_listfilter_dropdown",
     "atp",
     "atp_demo",
+    # Imports task functions of a package outside INSTALLED_APPS at start-up (Wagtail's way).
+    "tests.importing_app",
 ]
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",

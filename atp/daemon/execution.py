@@ -8,8 +8,10 @@ encode what it returned. How it ended goes back to the supervisor as an
 (``atp.daemon.recording``). Whatever goes wrong in a step of atp's own, outside the
 handler, ends the task FAILED on this attempt with the reason, and the worker lives
 on: the outcome would be the same on every restart, so restarting would only run the
-handler again and bury the real error. Only the death of the worker process (a
-crash, ``sys.exit``, a signal) costs a restart.
+handler again and bury the real error. Whatever the handler raises, ``SystemExit``
+and ``KeyboardInterrupt`` included, is a failure of the handler: one failed attempt,
+through its type's retry policy. Only the death of the worker process (``os._exit``,
+a crash, a signal, the OOM killer) costs a restart.
 """
 
 import logging
@@ -42,9 +44,9 @@ def execute(instance, attempt, handler_path, daemon=""):
     inputs) with the handler ``handler_path``; return its ``Outcome``.
 
     Nothing is written but what the handler's context writes (progress, log lines, a
-    response set early). Handler exceptions and errors of atp's own steps make a FAILED
-    outcome; a ``SystemExit`` or a crash ends the worker, and the supervisor restarts
-    the task. A handler this worker has not loaded hands the task back.
+    response set early). Whatever the handler raises and errors of atp's own steps make
+    a FAILED outcome; a crash ends the worker, and the supervisor restarts the task. A
+    handler this worker has not loaded hands the task back.
     """
     pk = instance.pk
     discard_broken_connections()
@@ -72,7 +74,10 @@ def execute(instance, attempt, handler_path, daemon=""):
         message = describe_failure()
         _flush_progress(task)
         return Outcome.failed(pk, attempt, message)
-    except Exception:
+    except BaseException:
+        # SystemExit and KeyboardInterrupt too: here they can only be the handler's own
+        # (sys.exit(), a Ctrl-C of its code). The worker ignores SIGINT, and SIGTERM from
+        # its supervisor kills it outright, raising nothing.
         message = describe_failure()
         _flush_progress(task)
         return Outcome.failed(pk, attempt, message,

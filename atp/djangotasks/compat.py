@@ -1,6 +1,6 @@
 """The Tasks framework as this Django has it: built into Django 6 (``django.tasks``), or
 the ``django_tasks`` backport on Django 4.2 to 5.2. Both have the same classes; some
-names differ (``InvalidTask`` is ``InvalidTaskError`` in the backport)."""
+names differ (``InvalidTask`` and ``InvalidTaskBackend`` end in ``Error`` in the backport)."""
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -17,7 +17,12 @@ try:
         TaskResult,
         TaskResultStatus,
     )
-    from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
+    from django.tasks.exceptions import (
+        InvalidTask,
+        InvalidTaskBackend,
+        TaskException,
+        TaskResultDoesNotExist,
+    )
 
     BUILT_IN = True
 except ImportError:
@@ -34,8 +39,9 @@ except ImportError:
             TaskResult,
             TaskResultStatus,
         )
+        from django_tasks.exceptions import InvalidTaskBackendError as InvalidTaskBackend
         from django_tasks.exceptions import InvalidTaskError as InvalidTask
-        from django_tasks.exceptions import TaskResultDoesNotExist
+        from django_tasks.exceptions import TaskException, TaskResultDoesNotExist
     except ImportError as exc:
         raise ImproperlyConfigured(
             "atp.backends.ATPBackend needs Django's Tasks framework: Django 6 has it "
@@ -54,7 +60,8 @@ except ImportError:  # Django before 6: the backport has it
 
 __all__ = [
     "BUILT_IN", "TASK_MAX_PRIORITY", "TASK_MIN_PRIORITY", "BaseTaskBackend", "InvalidTask",
-    "Task", "TaskContext", "TaskError", "TaskResult", "TaskResultDoesNotExist",
+    "InvalidTaskBackend", "Task", "TaskContext", "TaskError", "TaskException", "TaskResult",
+    "TaskResultDoesNotExist",
     "TaskResultStatus", "framework", "normalize_json", "task_enqueued", "task_finished",
     "task_started",
 ]

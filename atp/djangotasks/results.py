@@ -15,18 +15,16 @@ import copy
 
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
-from django.utils.module_loading import import_string
 
-from atp.djangotasks import config
+from atp.djangotasks import config, known
 from atp.djangotasks.compat import (
-    Task,
     TaskError,
     TaskResult,
     TaskResultDoesNotExist,
     TaskResultStatus,
 )
+from atp.exceptions import InvalidHandler
 from atp.models import Instance, LogRecord, Response
-from atp.registry import is_allowed_module
 from atp.states import Status
 
 #: The history line the runner writes before a failing attempt's end: then the
@@ -117,17 +115,10 @@ def build(alias, instance, history, *, running=None):
 def task_of(inputs, alias, queue_name, priority):
     """Return the framework's ``Task`` the inputs name, as it was enqueued."""
     path = inputs["task"]
-    if not is_allowed_module(path.rpartition(".")[0]):
-        raise TaskResultDoesNotExist(
-            f"the task function {path!r} of this result is not in an installed app or "
-            "ATP_HANDLER_MODULES: it is not imported")
     try:
-        task = import_string(path)
-    except ImportError as exc:
-        raise TaskResultDoesNotExist(
-            f"the task function {path!r} of this result cannot be imported: {exc}") from exc
-    if not isinstance(task, Task):
-        raise TaskResultDoesNotExist(f"{path!r} is not a task function (@task)")
+        task = known.find(path)
+    except InvalidHandler as exc:
+        raise TaskResultDoesNotExist(f"the task function of this result is not run: {exc}") from exc
     run_after = inputs.get("run_after")
     if run_after is not None:
         run_after = parse_datetime(run_after)

@@ -1,11 +1,15 @@
 """The handler of every Django Tasks queue: run the task function an atp task names.
 
-atpd runs it like any handler (time-out, restarts, fencing, pause, history). It sends
+atpd runs it like any handler (time-out, restarts, fencing, pause, history); a row
+naming what is not a task function atp runs (``atp.djangotasks.known``) fails for good,
+nothing imported. It sends
 the framework's ``task_started`` and ``task_finished`` signals in the worker, around
 the call, with a ``TaskResult`` read from atp's rows; a ``takes_context`` function gets
 a ``TaskContext`` whose ``attempt`` counts the attempts that started, this one
-included. An exception the function raises fails the attempt: the runner notes its
-class path in the history, and atp writes its traceback with the FAILED state. What
+included. An exception the function raises (any ``BaseException``: ``SystemExit`` and
+``KeyboardInterrupt`` too, as Django's own backends record them) fails the attempt:
+the runner notes its class path in the history, and atp writes its traceback with the
+FAILED state, or retries it by the queue's retry policy. What
 the function returns is stored as the task's JSON response ``{"return_value": ...}``.
 """
 
@@ -18,6 +22,7 @@ from atp.djangotasks import config, results
 from atp.djangotasks.compat import (
     TaskContext,
     TaskError,
+    TaskResultDoesNotExist,
     TaskResultStatus,
     framework,
     normalize_json,
@@ -25,6 +30,7 @@ from atp.djangotasks.compat import (
     task_started,
 )
 from atp.engine.base import daemon_label
+from atp.exceptions import PermanentFailure
 from atp.models import Instance, LogRecord
 
 logger = logging.getLogger(__name__)
@@ -35,7 +41,11 @@ def run(task, inputs):
     running ``task``; return its value for the response."""
     alias, _ = config.parse_identifier(task.type)
     backend = framework.task_backends[alias]
-    result = _running_result(task, alias)
+    try:
+        result = _running_result(task, alias)
+    except TaskResultDoesNotExist as exc:
+        # Not a task function atp runs (atp.djangotasks.known): it never will be.
+        raise PermanentFailure(f"not run: {exc}") from exc
     task_started.send(sender=type(backend), task_result=result)
     function = result.task
     try:
@@ -44,7 +54,7 @@ def run(task, inputs):
         else:
             value = function.call(*result.args, **result.kwargs)
         value = normalize_json(value)
-    except Exception as exc:
+    except BaseException as exc:  # one failed attempt, whatever it is (atp.daemon.execution)
         kind = type(exc)
         path = f"{kind.__module__}.{kind.__qualname__}"
         try:

@@ -260,3 +260,21 @@ def test_a_permanent_failure_is_not_retried(db, claimed):
     instance, last = ran(task)
     assert (instance.status, instance.retries) == (Status.FAILED, 0)
     assert "PermanentFailure: the input can never work" in last.message
+
+
+@pytest.mark.parametrize("kind, last_line", [
+    ("SystemExit", "SystemExit: 3"), ("KeyboardInterrupt", "KeyboardInterrupt"),
+    ("GeneratorExit", "GeneratorExit")])
+def test_a_base_exception_the_handler_raises_is_one_failed_attempt(db, claimed, kind, last_line):
+    atp.register_task_type("tests.base", "tests.handlers.raise_base_exception", retry_limit=1,
+                           min_backoff=5)
+    task = claimed(atp.enqueue("tests.base", {"kind": kind}))
+    try:
+        run_task(task.pk, task.attempt, task.type.handler)
+    except BaseException as exc:  # noqa: BLE001 (what would end the worker)
+        pytest.fail(f"{exc!r} left the attempt: it would end its worker")
+    instance, last = ran(task)
+    # Through the type's retry policy, like any failure: back to the queue, no restart.
+    assert (instance.status, instance.retries, instance.restarts) == (Status.ACCEPTED, 1, 0)
+    assert last.message.startswith("Traceback (most recent call last):")
+    assert f"\n{last_line}\n" in last.message and "retry 1 (retry_limit 1)" in last.message

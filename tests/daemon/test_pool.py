@@ -6,12 +6,12 @@ import atp
 from atp.daemon.pool import exit_cause
 from atp.models import Daemon, Instance, LogRecord
 from atp.states import Status
+from tests.processes import wait_until
 
 pytestmark = pytest.mark.slow
 
 LIMIT = "restart limit reached (1 restarts)"
 EXPECTED_END = {
-    "exit_3": f"worker died: exit code 3; {LIMIT}",
     "hard_exit_0": f"worker died: exit code 0; {LIMIT}",
     "abort": f"worker died: signal SIGABRT; {LIMIT}",
     "segfault": f"worker died: signal SIGSEGV; {LIMIT}",
@@ -19,6 +19,9 @@ EXPECTED_END = {
     "spin": f"time-out after 1 s; {LIMIT}",
     "ignore_sigterm": f"time-out after 1 s; {LIMIT}",
 }
+
+#: Handlers that raise rather than kill their worker, and their traceback's last line.
+FAILURES = {"fail": "ValueError: poison: the handler raised", "exit_3": "SystemExit: 3"}
 
 
 def unrun(instance):
@@ -50,9 +53,10 @@ def test_poison_tasks_end_with_their_cause_and_good_tasks_run_once(start_daemon,
         instance = Instance.objects.get(pk=instance.pk)
         last = LogRecord.objects.filter(instance=instance).last()
         assert instance.status == Status.FAILED, kind
-        if kind == "fail":
-            assert (instance.attempt - unrun(instance), instance.restarts) == (1, 0)
-            assert last.message.rstrip().endswith("ValueError: poison: the handler raised")
+        if kind in FAILURES:
+            # The handler raised (sys.exit() raises SystemExit): one failed attempt.
+            assert (instance.attempt - unrun(instance), instance.restarts) == (1, 0), kind
+            assert last.message.rstrip().endswith(FAILURES[kind]), kind
         else:
             # A task queued behind one whose worker died comes back unrun: an attempt
             # spent, no restart.
@@ -64,6 +68,35 @@ def test_poison_tasks_end_with_their_cause_and_good_tasks_run_once(start_daemon,
             Status.FINISHED, 1, 0)
     # One supervisor all along: it registered once and stopped cleanly.
     assert list(Daemon.objects.values_list("pid", flat=True)) == [daemon.pid]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_base_exception_a_handler_raises_fails_its_attempt_and_the_worker_lives_on(start_daemon):
+    # SystemExit and KeyboardInterrupt are the handler's own: only a real death (os._exit,
+    # a signal, the OOM killer) costs a restart. One retry by the type's policy.
+    atp.register_task_type("tests.base", "tests.handlers.raise_base_exception", retry_limit=1,
+                           min_backoff=0.1)
+    atp.register_task_type("tests.pid", "tests.handlers.report_pid")
+    before = atp.enqueue("tests.pid", priority=1)
+    raised = {kind: atp.enqueue("tests.base", {"kind": kind})
+              for kind in ("SystemExit", "KeyboardInterrupt")}
+    after = atp.enqueue("tests.pid", priority=-1)
+    daemon = start_daemon("--workers", 1)
+    ended = [before, after, *raised.values()]
+    wait_until(lambda: all(Instance.objects.get(pk=t.pk).is_terminal for t in ended), 60,
+               message="every task ended", output=daemon.output)
+    for kind, task in raised.items():
+        instance = Instance.objects.get(pk=task.pk)
+        assert (instance.status, instance.attempt, instance.retries, instance.restarts) == (
+            Status.FAILED, 2, 1, 0), kind
+        failures = [message for status, message in LogRecord.objects.filter(
+            instance=task, status__in=(Status.ACCEPTED, Status.FAILED)).values_list(
+            "status", "message")][1:]
+        last_line = "SystemExit: 3" if kind == "SystemExit" else kind
+        assert len(failures) == 2 and all(f"\n{last_line}\n" in m for m in failures), failures
+    assert atp.get_response(before).json() == atp.get_response(after).json(), \
+        "the worker was replaced"
+    assert "died" not in daemon.output()
 
 
 @pytest.mark.django_db(transaction=True)

@@ -85,3 +85,16 @@ def mark(path, label):
     with open(path, "a") as out:
         out.write(f"{label}\n")
     return label
+
+
+@task()
+def raise_base(kind):
+    """Raise ``SystemExit(3)`` or ``KeyboardInterrupt``: exceptions that are not ``Exception`` s."""
+    if kind == "SystemExit":
+        raise SystemExit(3)
+    raise KeyboardInterrupt
+
+
+@task()
+def worker_pid():
+    return os.getpid()

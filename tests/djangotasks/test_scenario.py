@@ -2,6 +2,7 @@
 the ``django_tasks`` backport (Django 4.2 and 5.2) and on Django 6's ``django.tasks``."""
 
 import datetime
+import json
 import os
 import signal
 
@@ -10,8 +11,10 @@ from django.utils import timezone
 
 import atp
 from atp.djangotasks.compat import BUILT_IN, TaskResultStatus
+from atp.models import Instance, LogRecord
+from atp.states import Status
 from tests.djangotasks import functions
-from tests.processes import wait_until
+from tests.processes import start_module, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -194,3 +197,68 @@ def test_a_queues_retry_policy_retries_a_failing_function(daemon, tmp_path):
     assert result.status == TaskResultStatus.SUCCESSFUL
     assert [error.exception_class for error in result.errors] == [ValueError]
     assert len(result.worker_ids) >= 2
+
+
+@pytest.mark.parametrize("kind", [SystemExit, KeyboardInterrupt])
+def test_a_function_raising_systemexit_or_keyboardinterrupt_fails_once_per_attempt(
+        start_daemon, kind):
+    daemon = start_daemon("--workers", "1")
+    before = finished(functions.worker_pid.enqueue(), daemon=daemon)
+    # Retried once by the queue's policy, as any failure of the function; the worker lives.
+    # (Tuned once the daemon wrote the settings' parameters at its start.)
+    atp.register_task_type("django.tasks/default/other", "atp.djangotasks.runner.run",
+                           retry_limit=1, min_backoff=0.1)
+    result = finished(functions.raise_base.using(queue_name="other").enqueue(kind.__name__),
+                      daemon=daemon)
+    after = finished(functions.worker_pid.enqueue(), daemon=daemon)
+    assert result.status == TaskResultStatus.FAILED
+    assert [error.exception_class for error in result.errors] == [kind, kind]
+    assert result.errors[0].exception_class_path == f"builtins.{kind.__name__}"
+    assert len(result.worker_ids) == 2
+    assert before.return_value == after.return_value, "the worker was replaced"
+
+
+def test_a_task_function_outside_installed_apps_that_the_project_imports_runs(daemon):
+    # The daemon's own start-up (django.setup()) imports tests.outside.tasks, through the
+    # installed app tests.importing_app, as Wagtail's imports modelsearch.tasks.
+    from tests.outside import tasks as outside_tasks
+
+    result = finished(outside_tasks.add.enqueue(20, 22), daemon=daemon)
+    assert result.status == TaskResultStatus.SUCCESSFUL and result.return_value == 42
+
+
+FORGED = {
+    "tests.outside.never_imported.boom": "tests.outside.never_imported is not in an installed app",
+    "os.system": "os is not in an installed app",
+    "tests.outside.tasks.plain": "tests.outside.tasks is not in an installed app",
+    "tests.handlers.noop": "'tests.handlers.noop' is not a task function",
+}
+
+
+def test_a_row_naming_anything_else_runs_nothing_and_imports_nothing(start_daemon, tmp_path,
+                                                                     monkeypatch):
+    mark = tmp_path / "imported"
+    monkeypatch.setenv("ATP_TEST_IMPORT_MARK", str(mark))  # for every process started
+    daemon = start_daemon("--workers", "1")
+    finished(functions.add.enqueue(1, 1), daemon=daemon)
+    # A retry policy would not help: a refusal is final. (Tuned once the daemon wrote the
+    # settings' parameters at its start.)
+    atp.register_task_type("django.tasks/default/default", "atp.djangotasks.runner.run",
+                           retry_limit=2, min_backoff=0.1)
+    forged = {path: atp.enqueue("django.tasks/default/default", {
+        "task": path, "args": [f"touch {mark}"], "kwargs": {}, "run_after": None})
+        for path in FORGED}
+    for path, instance in forged.items():
+        wait_until(lambda pk=instance.pk: Instance.objects.get(pk=pk).is_terminal, 30,
+                   message=f"the row naming {path} ended", output=daemon.output)
+        ended = Instance.objects.get(pk=instance.pk)
+        assert (ended.status, ended.attempt, ended.restarts) == (Status.FAILED, 1, 0), path
+        assert FORGED[path] in LogRecord.objects.filter(instance=instance).last().message
+    # get_result in a process of its own refuses it before importing anything.
+    probe = start_module("tests.djangotasks.probe", forged["tests.outside.never_imported.boom"].pk)
+    output, errors = probe.communicate(timeout=60)
+    assert probe.returncode == 0, errors
+    probed = json.loads(output)
+    assert (probed["refused"], probed["imported"]) == (True, False), probed
+    assert FORGED["tests.outside.never_imported.boom"] in probed["reason"]
+    assert not mark.exists(), "a process imported tests.outside.never_imported"

@@ -126,12 +126,16 @@ def schedule(name, type_identifier, *, cron=None, every=None, timezone=None, inp
     no daemon was there for, at most ``catch_up`` runs are enqueued, the latest (0:
     none more than ``ATP_SCHEDULE_GRACE_SECONDS`` late). Saved again with the same
     timetable it keeps its next due time; a new timetable, or enabling it, starts it
-    from now. Raise ``InvalidParameter``, ``TaskTypeNotFound``,
-    ``InputsNotSerializable`` or ``InputsTooLarge``; nothing changes then.
+    from now; ``enabled`` is left as it is once an operator set it. Called while Django
+    starts (at module level in an app's ``tasks`` module, where declarations belong),
+    it touches no database and returns None: the schedule is written after
+    ``migrate`` and as each atpd starts. Raise ``InvalidParameter``,
+    ``TaskTypeNotFound``, ``InputsNotSerializable`` or ``InputsTooLarge``; nothing
+    changes then.
     """
-    return engine.save_schedule(name, type_identifier, cron=cron, every=every,
-                                timezone=timezone, inputs=inputs, priority=priority,
-                                catch_up=catch_up, enabled=enabled)
+    return engine.declare_schedule(name, type_identifier, cron=cron, every=every,
+                                   timezone=timezone, inputs=inputs, priority=priority,
+                                   catch_up=catch_up, enabled=enabled)
 
 
 def unschedule(name):

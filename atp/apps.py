@@ -29,10 +29,28 @@ class AtpConfig(AppConfig):
 
 
 def sync_types_after_migrate(sender, using, plan=None, **kwargs):
-    """Write the ``@task_type`` declarations once the tables exist (``post_migrate``)."""
+    """Write the ``@task_type`` and ``atp.schedule`` declarations once the tables exist
+    (``post_migrate``)."""
+    from atp import schedules
+    from atp.engine.schedules import sync_declared_schedules
     from atp.engine.types import sync_declared_types
-    from atp.models import Type
+    from atp.models import Schedule, Type
 
-    if Type._meta.db_table not in connections[using].introspection.table_names():
+    connection = connections[using]
+    tables = connection.introspection.table_names()
+    if Type._meta.db_table not in tables:
         return
     sync_declared_types()
+    if schedules.declarations() and _is_complete(connection, tables, Schedule):
+        sync_declared_schedules()
+
+
+def _is_complete(connection, tables, model):
+    """Return whether ``model``'s table is there with all its columns (not so after a
+    ``migrate`` to an earlier migration)."""
+    if model._meta.db_table not in tables:
+        return False
+    with connection.cursor() as cursor:
+        described = connection.introspection.get_table_description(cursor, model._meta.db_table)
+    present = {column.name for column in described}
+    return all(field.column in present for field in model._meta.concrete_fields)

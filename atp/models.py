@@ -494,8 +494,9 @@ class Schedule(models.Model):
     """A periodic task: a task of ``type`` enqueued at each due time of a cron expression
     or an interval, once across all daemons (see ``atp.schedules``).
 
-    Rows change through ``atp.schedule``/``atp.unschedule`` (and the admin, which calls
-    them); the daemons move ``next_run`` as they enqueue the runs.
+    Rows change through ``atp.schedule``/``atp.unschedule`` (the code's declarations) and
+    the admin (an operator's, ``atp.engine.save_schedule``); the daemons move
+    ``next_run`` as they enqueue the runs.
     """
 
     name = models.CharField(
@@ -522,6 +523,11 @@ class Schedule(models.Model):
         "the latest; 0: none more than ATP_SCHEDULE_GRACE_SECONDS late.",
     )
     enabled = models.BooleanField(default=True)
+    switched_by_operator = models.BooleanField(
+        default=False,
+        help_text="An operator set whether it is enabled: a declaration in code no longer "
+        "changes that.",
+    )
     next_run = models.DateTimeField(db_index=True, help_text="The next due time not enqueued yet.")
     last_run = models.DateTimeField(
         null=True, blank=True, help_text="The latest due time a task was enqueued for.",

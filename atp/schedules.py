@@ -9,7 +9,10 @@ any number of missed due times, as Celery's beat does; 0 runs none that is more 
 ``ATP_SCHEDULE_GRACE_SECONDS`` late, as Oban's Cron.
 
 Nothing here touches the database: ``plan`` is a pure function of the timetable, the
-schedule's ``next_run`` and the clock, so that tests need neither a daemon nor a sleep.
+schedule's ``next_run`` and the clock, so that tests need neither a daemon nor a sleep;
+a schedule declared while Django starts (``atp.schedule`` in an app's ``tasks`` module,
+before any table may exist) is recorded here (``declare``), and written by
+``atp.engine.schedules.sync_declared_schedules`` after ``migrate`` and as atpd starts.
 """
 
 import datetime
@@ -38,6 +41,25 @@ RANDOM_FIELD = re.compile(r"^r(\(\d+-\d+\))?(/\d+)?$", re.IGNORECASE)
 DUE_TIME_FORMAT = "%Y%m%dT%H%M%SZ"
 UTC = datetime.UTC
 _TINY = datetime.timedelta(microseconds=1)
+
+#: The schedules declared while Django started, by name: ``atp.schedule``'s arguments.
+_declarations = {}
+
+
+def declare(name, arguments):
+    """Record schedule ``name`` as declared in code with ``arguments`` (those of
+    ``atp.schedule``, checked as far as they can be without the database)."""
+    _declarations[name] = dict(arguments)
+
+
+def declarations():
+    """Return the schedules declared while Django started: ``{name: arguments}``."""
+    return {name: dict(arguments) for name, arguments in _declarations.items()}
+
+
+def forget_declarations():
+    """Forget every declaration (for tests)."""
+    _declarations.clear()
 
 
 def clean_name(name):

@@ -150,6 +150,33 @@ def test_enabling_a_schedule_again_starts_it_from_now(noop_type):
     assert engine.enqueue_due() == []
 
 
+@pytest.mark.parametrize("switch", [
+    lambda: engine.set_schedule_enabled("beat", False),  # the admin's actions
+    lambda: engine.save_schedule("beat", "tests.noop", every=60, enabled=False),  # its form
+], ids=["action", "form"])
+def test_a_declaration_at_start_up_leaves_a_schedule_an_operator_disabled_off(
+        noop_type, switch):
+    """A review found a schedule an operator had disabled enabled again by the next
+    deploy, which declares its schedules at start-up."""
+    atp.schedule("beat", "tests.noop", every=60)
+    switch()
+    again = atp.schedule("beat", "tests.noop", every=120, inputs={"n": 2}, priority=3)
+    assert not again.enabled
+    # The code's fields are the code's: the declaration changed them.
+    assert (again.interval, again.inputs, again.priority) == (seconds(120), '{"n":2}', 3)
+    assert engine.enqueue_due(now=again.next_run + seconds(600)) == []
+    # Turned on again by the operator, it stays the operator's: a declaration that
+    # says off leaves it on.
+    engine.set_schedule_enabled("beat", True)
+    assert atp.schedule("beat", "tests.noop", every=120, enabled=False).enabled
+
+
+def test_a_declaration_switches_a_schedule_no_operator_switched(noop_type):
+    assert not atp.schedule("beat", "tests.noop", every=60, enabled=False).enabled
+    assert atp.schedule("beat", "tests.noop", every=60).enabled
+    assert not atp.schedule("beat", "tests.noop", every=60, enabled=False).enabled
+
+
 @pytest.mark.parametrize("arguments, error", [
     ({"cron": "not cron"}, InvalidParameter),
     ({"cron": "* * * * *", "every": 60}, InvalidParameter),
@@ -342,3 +369,97 @@ def test_the_daemons_run_once_entry_enqueues_what_is_due_and_says_when_next(noop
     enqueued, seconds_left = maintenance.enqueue_due_schedules()
     assert enqueued == 1 and 0 < seconds_left <= 60
     assert maintenance.enqueue_due_schedules() == (0, pytest.approx(seconds_left, abs=1))
+
+
+# -- declared in code, from the first migrate on --------------------------------------------
+
+
+@pytest.fixture
+def declarations():
+    """Declare schedules as an app's ``tasks`` module does while Django starts."""
+    from atp import schedules
+
+    yield schedules.declare
+    schedules.forget_declarations()
+
+
+def test_declarations_are_written_each_alone_a_refused_one_logged(noop_type, declarations,
+                                                                   caplog):
+    declarations("beat", {"type_identifier": "tests.noop", "every": 60, "inputs": {"n": 1}})
+    declarations("lost", {"type_identifier": "tests.missing", "every": 60})
+    [saved] = engine.sync_declared_schedules()
+    assert (saved.name, saved.inputs, saved.enabled) == ("beat", '{"n":1}', True)
+    assert not Schedule.objects.filter(name="lost").exists()
+    assert "schedule lost, declared in code, is not saved" in caplog.text
+    assert "tests.missing" in caplog.text
+    engine.set_schedule_enabled("beat", False)
+    engine.sync_declared_schedules()  # as at the next start: the operator's choice stands
+    assert not Schedule.objects.get(name="beat").enabled
+
+
+
+@pytest.fixture
+def fresh_database(tmp_path):
+    """Return the name of a database no migration ran on: a new file on SQLite, a new
+    database on PostgreSQL (dropped after the test)."""
+    if connection.vendor == "sqlite":
+        yield str(tmp_path / "fresh.sqlite3")
+        return
+    name = f"{connection.settings_dict['NAME']}_fresh"
+    with connection.cursor() as cursor:
+        cursor.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        cursor.execute(f'CREATE DATABASE "{name}"')
+    yield name
+    with connection.cursor() as cursor:
+        cursor.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def run_in(database, *arguments, code=None):
+    """Run ``python -m django arguments...`` (or ``code`` once Django is set up) with the
+    ``tests.declaring`` app on ``database``; return its output, failing on an error."""
+    import subprocess
+    import sys
+
+    from tests.processes import PROJECT_ROOT, environment
+
+    if code is not None:
+        arguments = ["-c", f"import django; django.setup()\n{code}"]
+    else:
+        arguments = ["-m", "django", *arguments]
+    done = subprocess.run(
+        [sys.executable, *arguments], cwd=PROJECT_ROOT, capture_output=True, text=True,
+        timeout=120, env=environment(DJANGO_SETTINGS_MODULE="tests.declaring.settings",
+                                     ATP_TEST_DB_NAME=database))
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def declared(database):
+    import json
+
+    return json.loads(run_in(database, code=(
+        "import json; from atp.models import Schedule\n"
+        "print(json.dumps(list(Schedule.objects.values_list("
+        "'name', 'type__identifier', 'cron', 'inputs', 'enabled'))))")))
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_schedule_declared_in_a_tasks_module_works_from_the_first_migrate_on(fresh_database):
+    """A review found ``manage.py migrate`` on a fresh database crashing (``no such table:
+    atp_type``) when an app's ``tasks`` module, which atp imports at start-up, declared
+    a schedule at module level."""
+    run_in(fresh_database, "migrate", "--noinput")
+    expected = ["nightly-report", "declaring.report", "30 2 * * *", '{"report":"daily"}']
+    assert declared(fresh_database) == [[*expected, True]]
+    # An operator turns it off: neither the next migrate nor a daemon's start (each
+    # writes the declarations) turns it on again.
+    run_in(fresh_database, code="from atp import engine; "
+                                "engine.set_schedule_enabled('nightly-report', False)")
+    run_in(fresh_database, "migrate", "--noinput")
+    run_in(fresh_database, "atpd", "--burst")
+    assert declared(fresh_database) == [[*expected, False]]
+    # Deleted, it comes back at the next daemon's start.
+    run_in(fresh_database, code="import atp; atp.unschedule('nightly-report')")
+    run_in(fresh_database, "atpd", "--burst")
+    assert declared(fresh_database) == [[*expected, True]]

@@ -49,6 +49,7 @@ from atp.db import is_retryable, retry_budget
 from atp.engine.base import database
 from atp.engine.claim import claimable_types
 from atp.engine.outcomes import Outcome
+from atp.engine.schedules import sync_declared_schedules
 from atp.engine.types import sync_declared_types
 from atp.exceptions import DaemonStopped
 from atp.states import Status
@@ -161,6 +162,7 @@ class Supervisor:
         while True:
             try:
                 sync_declared_types()
+                sync_declared_schedules()
                 claimable_types(self.config.types)  # unknown --types fail here, clearly
                 # Before the workers are forked: they run the code loaded now.
                 self.catalog.load(may_import=True)

@@ -11,8 +11,9 @@ enqueues the on-complete task with the counts.
 
 Exactly once, across daemons: every daemon looks for such batches (``complete_due``),
 and completes each in a transaction that locks the batch's row, checks again that no
-member lives and that it is not completed, enqueues the on-complete task (named
-``batch-<id>-complete``) and marks the batch completed. A member re-enqueued by an
+member lives and that it is not completed, enqueues the on-complete task and marks the
+batch completed. The task is named ``atp:batch-<id>-complete``, a name ``enqueue``
+refuses: no task of an enqueuer's can have taken it. A member re-enqueued by an
 operator locks the batch's row too (``hold_open``, in its own transaction), so it is
 either live when the completion looks (which then waits for it), or re-enqueued after
 the batch completed (it runs; the batch does not complete again).
@@ -22,6 +23,7 @@ import contextlib
 import contextvars
 import datetime
 import logging
+import weakref
 
 import django
 from django.db import connections, transaction
@@ -94,10 +96,57 @@ def _seal(made):
         Batch.objects.filter(pk=made.pk).update(sealed=Now())
         made.refresh_from_db(fields=["sealed"])
         return
+    awaiting = _awaiting_commit(connection)
+
+    def seal():
+        awaiting.pop(made.pk, None)
+        Batch.objects.filter(pk=made.pk, sealed__isnull=True).update(sealed=Now())
+
     options = {"robust": True} if django.VERSION >= (5, 0) else {}
-    transaction.on_commit(
-        lambda: Batch.objects.filter(pk=made.pk, sealed__isnull=True).update(sealed=Now()),
-        using=database(), **options)
+    transaction.on_commit(seal, using=database(), **options)
+    awaiting[made.pk] = seal
+
+
+#: By connection, the batches whose block ended in the transaction open on it, each with
+#: the on-commit callback that seals it.
+_awaiting = weakref.WeakKeyDictionary()
+
+
+def _awaiting_commit(connection):
+    awaiting = _awaiting.setdefault(connection, {})
+    # Those whose callback is gone with a rolled-back transaction (or savepoint) are moot.
+    pending = {id(callback) for _, callback, _ in connection.run_on_commit}
+    for pk in [pk for pk, callback in awaiting.items() if id(callback) not in pending]:
+        del awaiting[pk]
+    return awaiting
+
+
+def sealing_if_it_fails(enqueue_member):
+    """Return the on-commit callback ``enqueue_member`` (an ``enqueue_on_commit``), which,
+    should it fail at a commit, first seals the batches whose seal was to come at that
+    commit: Django skips the callbacks after a failed one, their seals among them. The
+    members skipped were not enqueued; each batch completes with those that were."""
+    connection = connections[database()]
+    at_commit = connection.in_atomic_block  # else it runs in the call, and raises there
+
+    def callback():
+        try:
+            enqueue_member()
+        except Exception:
+            if at_commit:
+                _seal_skipped(connection)
+            raise
+
+    return callback
+
+
+def _seal_skipped(connection):
+    awaiting = _awaiting.pop(connection, {})
+    try:
+        Batch.objects.filter(pk__in=list(awaiting), sealed__isnull=True).update(sealed=Now())
+    except Exception:  # the database is gone: the member's error is the one raised
+        logger.exception("batches %s, waiting for this commit, could not be sealed",
+                         ", ".join(f"#{pk}" for pk in awaiting))
 
 
 def seal_forgotten():
@@ -200,22 +249,31 @@ def _complete(pk):
         "finished": counts.get(Status.FINISHED, 0), "failed": counts.get(Status.FAILED, 0),
         "cancelled": counts.get(Status.CANCELLED, 0), "inputs": load_json(locked.inputs),
     }
-    from atp.engine.enqueue import enqueue
+    from atp.engine.enqueue import enqueue, enqueue_reserved
 
     if locked.function:
         inputs = {"function": locked.function, "args": [summary], "kwargs": {}}
     else:
         inputs = summary
     try:
-        completion = enqueue(locked.on_complete, inputs, identifier=f"batch-{pk}-complete")
-    except TaskAlreadyExists:  # cannot happen while the row lock is held: say so loudly
-        logger.error("batch #%s: its on-complete task exists already; not enqueued again", pk)
-        completion = None
+        completion = enqueue_reserved(locked.on_complete, inputs, completion_name(pk))
+    except TaskAlreadyExists:
+        # Not this batch's (the row lock is held, and it is not completed): a batch of the
+        # same number before the table was emptied. The row lock is the guard; the name
+        # only says whose the task is.
+        logger.warning("batch #%s: the name %s is taken (batch numbers started again?); its "
+                       "on-complete task gets a name of its own", pk, completion_name(pk))
+        completion = enqueue(locked.on_complete, inputs)
     Batch.objects.filter(pk=pk).update(
         completed=Now(), completion=completion, total=summary["total"],
         finished=summary["finished"], failed=summary["failed"],
         cancelled=summary["cancelled"])
     return True
+
+
+def completion_name(pk):
+    """Return the name of the on-complete task of batch ``pk``."""
+    return f"atp:batch-{pk}-complete"
 
 
 def progress(batches):

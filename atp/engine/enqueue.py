@@ -20,7 +20,7 @@ from django.utils import timezone
 from atp.conf import conf
 from atp.db import database_now, run_in_transaction, take_write_lock
 from atp.engine.base import database, queue_write
-from atp.engine.batches import current_batch_id, member_of
+from atp.engine.batches import current_batch_id, member_of, sealing_if_it_fails
 from atp.engine.engines import engine
 from atp.engine.locks import for_update
 from atp.engine.notify import notify_runnable
@@ -73,8 +73,8 @@ def enqueue_on_commit(type_identifier, inputs=None, *, identifier=None, priority
     fail at the commit (the ``identifier`` taken: ``TaskAlreadyExists``;
     a full queue: ``QueueFull``; the type unregistered meanwhile; the database gone)
     raises from the commit, after the surrounding transaction committed, and Django
-    skips the on-commit callbacks registered after this one. The inputs are copied at
-    the call. A ``countdown`` counts from the commit.
+    skips the callbacks after this one (a batch's seal is done all the same). The inputs
+    are copied at the call. A ``countdown`` counts from the commit.
     """
     identifier = None if identifier is None else _clean_identifier(identifier)
     _clean_priority(priority)
@@ -88,7 +88,12 @@ def enqueue_on_commit(type_identifier, inputs=None, *, identifier=None, priority
             enqueue(type_identifier, inputs, identifier=identifier, priority=priority,
                     eta=eta, countdown=countdown)
 
-    transaction.on_commit(enqueue_now, using=database())
+    transaction.on_commit(sealing_if_it_fails(enqueue_now), using=database())
+
+
+def enqueue_reserved(type_identifier, inputs, name):
+    """Queue a task named ``name``, one of atp's own (``atp:...``), which ``enqueue`` refuses."""
+    return _enqueue(type_identifier, [(name, inputs)], 0, datetime.timedelta(0), named=True)[0]
 
 
 def enqueue_many(type_identifier, inputs_list, *, priority=0, eta=None, countdown=None,

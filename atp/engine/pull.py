@@ -24,8 +24,16 @@ from atp.engine.lifecycle import fail_or_retry, finish, queue_row, release, rest
 from atp.engine.locks import lock_task
 from atp.engine.transitions import refusal
 from atp.engine.types import find_type
-from atp.exceptions import InvalidParameter, LeaseExpired
-from atp.models import CONSUMER_MAX_LENGTH, TAG_MAX_LENGTH, Daemon, Instance, Task, Type
+from atp.exceptions import InvalidParameter, InvalidTransition, LeaseExpired
+from atp.models import (
+    CONSUMER_MAX_LENGTH,
+    TAG_MAX_LENGTH,
+    Daemon,
+    Instance,
+    LogRecord,
+    Task,
+    Type,
+)
 from atp.serialization import check_text
 from atp.states import IN_FLIGHT, Status
 
@@ -37,6 +45,9 @@ LEASE_LIMIT_MAX = 1000
 LEASE_SECONDS_MAX = 7 * 24 * 3600
 #: How many expired leases one ``expire_leases`` ends at most.
 EXPIRE_BATCH_SIZE = 100
+#: How the history says an attempt ended as its lease expired (``holder``: the consumer's
+#: label); a refused write of that attempt reads it there to say so (``LeaseExpired``).
+EXPIRED = "the lease of {holder} expired"
 
 
 def lease_tasks(type_identifier, limit, lease_seconds, tag=None, group_by_tag=False, *,
@@ -154,9 +165,7 @@ def _live_lease(task, what, target=None):
     if locked.attempt != attempt:
         raise refusal(pk, target, attempt=attempt)
     if locked.status not in IN_FLIGHT:
-        raise refusal(pk, target) if target else LeaseExpired(
-            f"task #{pk} is {locked.status}: its lease is over and cannot be extended",
-            current=locked.status)
+        raise _ended(pk, attempt, locked.status, what, target)
     live = queue_row(pk).filter(daemon_id__isnull=False, deadline__gt=Now())
     holder = Daemon.objects.filter(pk__in=live.values("daemon_id")).first()
     if holder is None:
@@ -167,6 +176,22 @@ def _live_lease(task, what, target=None):
             "refused (the task is leased again, or fails, once its restart is counted)",
             current=locked.status, target=target)
     return pk, holder
+
+
+def _ended(pk, attempt, status, what, target):
+    """Return the refusal of a write of ``attempt`` of task ``pk``, which is over: it
+    ended as its lease expired (``LeaseExpired``), or an operator (or the consumer
+    itself) ended it (``InvalidTransition``)."""
+    ending = (LogRecord.objects.filter(instance_id=pk, attempt=attempt, status__isnull=False)
+              .exclude(status__in=(Status.SCHEDULED, Status.RUNNING)).order_by("pk").first())
+    if ending is not None and ending.message.startswith(EXPIRED.format(holder=ending.daemon)):
+        return LeaseExpired(
+            f"task #{pk}: the lease of attempt {attempt} expired; its {what} is refused "
+            f"({ending.message}; the task is {status} now)", current=status, target=target)
+    if target is not None:
+        return refusal(pk, target)
+    return InvalidTransition(f"task #{pk} is {status}: its lease is over and cannot be "
+                             "extended", current=status)
 
 
 def expire_leases(*, type_ids=None, batch_size=EXPIRE_BATCH_SIZE):
@@ -199,7 +224,7 @@ def _expire(pk, holder):
         release(pk, daemon=holder)  # an operator took it: let go, nothing to restart
         return False
     ended = f" at {deadline.isoformat(timespec='milliseconds')}" if deadline else ""
-    restart(pk, f"the lease of {consumer} expired{ended}", attempt=locked.attempt,
+    restart(pk, EXPIRED.format(holder=consumer) + ended, attempt=locked.attempt,
             daemon=consumer)
     return True
 

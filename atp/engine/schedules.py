@@ -16,10 +16,11 @@ The time is the database's clock; tests pass ``now``.
 import datetime
 import logging
 
+from django.apps import apps
 from django.db import connections
 from django.db.models.functions import Now
 
-from atp import schedules
+from atp import registry, schedules
 from atp.conf import conf
 from atp.db import database_now
 from atp.engine.base import database, queue_write
@@ -34,13 +35,73 @@ from atp.serialization import dump_json, load_json
 logger = logging.getLogger(__name__)
 
 
+def declare_schedule(name, type_identifier, *, cron=None, every=None, timezone=None,
+                     inputs=None, priority=0, catch_up=1, enabled=True):
+    """Create schedule ``name`` or update it as the code declares it (``atp.schedule``);
+    return the ``Schedule``.
+
+    The declaration writes every field but ``enabled`` once an operator set that
+    (``switched_by_operator``): the operator's choice stands. While Django starts (an
+    app's ``tasks`` module, imported before any table may exist) nothing touches the
+    database: the schedule is checked as far as it can be without it, recorded, and
+    written by ``sync_declared_schedules``; None is returned then. Raise as
+    ``clean_schedule``; nothing changes then.
+    """
+    arguments = {"cron": cron, "every": every, "timezone": timezone, "inputs": inputs,
+                 "priority": priority, "catch_up": catch_up, "enabled": enabled}
+    if not apps.ready:
+        check_schedule(name, **arguments)
+        if not isinstance(type_identifier, Type):
+            registry.clean_type_identifier(type_identifier)
+        schedules.declare(name, {"type_identifier": type_identifier, **arguments})
+        return None
+    fields, timetable = clean_schedule(name, type_identifier, **arguments)
+    return _save(fields, timetable, by_operator=False)
+
+
 def save_schedule(name, type_identifier, *, cron=None, every=None, timezone=None, inputs=None,
                   priority=0, catch_up=1, enabled=True):
-    """Create schedule ``name`` or replace it; return the ``Schedule`` (see ``atp.schedule``)."""
+    """Create schedule ``name`` or replace it as an operator does (the admin's form);
+    return the ``Schedule``. Once an operator set ``enabled`` (a new schedule, or a
+    change), declarations in code no longer change it. Raise as ``clean_schedule``."""
     fields, timetable = clean_schedule(
         name, type_identifier, cron=cron, every=every, timezone=timezone, inputs=inputs,
         priority=priority, catch_up=catch_up, enabled=enabled)
-    return _save(fields, timetable)
+    return _save(fields, timetable, by_operator=True)
+
+
+def sync_declared_schedules():
+    """Write the schedules declared while Django started, as ``declare_schedule`` does;
+    return them. One the database refuses (its type unknown, its inputs too large for
+    it) is left out, with an error in the log: the others are written all the same."""
+    saved = []
+    for name, arguments in schedules.declarations().items():
+        try:
+            saved.append(declare_schedule(name, **arguments))
+        except AtpError as exc:
+            logger.error("schedule %s, declared in code, is not saved: %s", name, exc)
+    return saved
+
+
+def check_schedule(name, *, cron=None, every=None, timezone=None, inputs=None, priority=0,
+                   catch_up=1, enabled=True):
+    """Return a schedule's fields as stored but its type, and its ``Timetable``, checked
+    as far as they can be without the database. Raise ``InvalidParameter`` or
+    ``InputsNotSerializable``."""
+    name = schedules.clean_name(name)
+    timetable = schedules.Timetable.clean(cron, every, timezone)
+    if isinstance(priority, bool) or not isinstance(priority, int) or not (
+            PRIORITY_MIN <= priority <= PRIORITY_MAX):
+        raise InvalidParameter(
+            f"priority must be an integer from {PRIORITY_MIN} to {PRIORITY_MAX}, not {priority!r}")
+    if not isinstance(enabled, bool):
+        raise InvalidParameter(f"enabled must be True or False, not {enabled!r}")
+    fields = {
+        "name": name, "cron": timetable.cron, "interval": timetable.interval,
+        "timezone": timetable.timezone, "inputs": dump_json(inputs), "priority": priority,
+        "catch_up": schedules.clean_catch_up(catch_up), "enabled": enabled,
+    }
+    return fields, timetable
 
 
 def clean_schedule(name, type_identifier, *, cron=None, every=None, timezone=None, inputs=None,
@@ -50,28 +111,22 @@ def clean_schedule(name, type_identifier, *, cron=None, every=None, timezone=Non
     Raise ``InvalidParameter``, ``TaskTypeNotFound``, ``InputsNotSerializable`` or
     ``InputsTooLarge``.
     """
-    name = schedules.clean_name(name)
-    timetable = schedules.Timetable.clean(cron, every, timezone)
+    fields, timetable = check_schedule(name, cron=cron, every=every, timezone=timezone,
+                                       inputs=inputs, priority=priority, catch_up=catch_up,
+                                       enabled=enabled)
     task_type = get_type(type_identifier)
     check_inputs(inputs, task_type)  # as enqueue will check them at each run
-    if isinstance(priority, bool) or not isinstance(priority, int) or not (
-            PRIORITY_MIN <= priority <= PRIORITY_MAX):
-        raise InvalidParameter(
-            f"priority must be an integer from {PRIORITY_MIN} to {PRIORITY_MAX}, not {priority!r}")
-    if not isinstance(enabled, bool):
-        raise InvalidParameter(f"enabled must be True or False, not {enabled!r}")
-    fields = {
-        "name": name, "type": task_type, "cron": timetable.cron, "interval": timetable.interval,
-        "timezone": timetable.timezone, "inputs": dump_json(inputs), "priority": priority,
-        "catch_up": schedules.clean_catch_up(catch_up), "enabled": enabled,
-    }
-    return fields, timetable
+    return {**fields, "type": task_type}, timetable
 
 
 @queue_write
-def _save(fields, timetable):
+def _save(fields, timetable, by_operator):
     now = database_now(database())
     current = for_update(Schedule.objects.filter(name=fields["name"])).first()
+    if by_operator and (current is None or current.enabled != fields["enabled"]):
+        fields = {**fields, "switched_by_operator": True}
+    elif not by_operator and current is not None and current.switched_by_operator:
+        fields = {**fields, "enabled": current.enabled}  # the operator's choice stands
     # Saved again as it was (a deploy that declares its schedules), it keeps its due time.
     # A new timetable, or enabling it, starts it afresh: no catching up on the time it
     # did not have or was off.
@@ -93,16 +148,17 @@ def delete_schedule(name):
 
 @queue_write
 def set_schedule_enabled(name, enabled):
-    """Enable or disable schedule ``name``; return it. Enabled again, it starts afresh
-    from now (the due times while it was off are not caught up). Raise ``ScheduleNotFound``."""
+    """Enable or disable schedule ``name`` as an operator does; return it. Enabled again,
+    it starts afresh from now (the due times while it was off are not caught up). From
+    then on declarations in code leave ``enabled`` as the operator set it. Raise
+    ``ScheduleNotFound``."""
     schedule = for_update(Schedule.objects.filter(name=schedules.clean_name(name))).first()
     if schedule is None:
         raise ScheduleNotFound(f"no schedule is named {name!r}")
-    if schedule.enabled != enabled:
-        schedule.enabled = enabled
-        if enabled:
-            schedule.next_run = schedule.timetable.first_after(database_now(database()))
-        schedule.save(update_fields=["enabled", "next_run", "updated"])
+    if enabled and not schedule.enabled:
+        schedule.next_run = schedule.timetable.first_after(database_now(database()))
+    schedule.enabled, schedule.switched_by_operator = enabled, True
+    schedule.save(update_fields=["enabled", "switched_by_operator", "next_run", "updated"])
     return schedule
 
 

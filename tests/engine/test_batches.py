@@ -13,6 +13,7 @@ from atp.exceptions import (
     InputsNotSerializable,
     InvalidHandler,
     InvalidParameter,
+    TaskAlreadyExists,
     TaskTypeNotFound,
 )
 from atp.models import Batch, Instance, LogRecord
@@ -64,7 +65,7 @@ def test_the_on_complete_task_comes_once_every_member_ended(noop_type, done_type
     assert load_json(completion.inputs.data) == {
         "batch": batch.pk, "name": "parts", "total": 4, "finished": 2, "failed": 1,
         "cancelled": 1, "inputs": {"report": 42}}
-    assert completion.identifier == f"batch-{batch.pk}-complete"
+    assert completion.identifier == f"atp:batch-{batch.pk}-complete"
     batch.refresh_from_db()
     assert (batch.completion_id, batch.total, batch.finished, batch.failed, batch.cancelled) == (
         completion.pk, 4, 2, 1, 1)
@@ -239,3 +240,91 @@ def test_a_block_in_a_broken_transaction_leaves_its_error(noop_type, done_type):
                 atp.enqueue("tests.noop", identifier="twice")
                 Instance.objects.create(type=noop_type, identifier="x", created=None,
                                         updated=None)  # NOT NULL: breaks the transaction
+
+
+# -- issue 18: a completion is neither lost nor doubled --------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_member_failing_at_the_commit_still_seals_its_batch(noop_type, done_type):
+    """A review found the batch left unsealed (for an hour) when an ``enqueue_on_commit``
+    member failed at the commit: Django skipped the seal registered after it."""
+    atp.enqueue("tests.noop", identifier="taken")
+    with pytest.raises(TaskAlreadyExists):
+        with transaction.atomic():
+            with atp.batch("tests.done") as batch:
+                atp.enqueue_on_commit("tests.noop")
+                atp.enqueue_on_commit("tests.noop", identifier="taken")  # fails at the commit
+                atp.enqueue_on_commit("tests.noop")  # skipped by Django: never enqueued
+    batch.refresh_from_db()
+    assert batch.sealed is not None
+    [member] = Instance.objects.filter(batch=batch)
+    engine.cancel(member)
+    assert complete_due() == [batch.pk]
+    assert load_json(completions()[0].inputs.data)["total"] == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_member_failing_at_the_commit_seals_the_later_batches_of_the_transaction(
+        noop_type, done_type):
+    atp.enqueue("tests.noop", identifier="taken")
+    with pytest.raises(TaskAlreadyExists):
+        with transaction.atomic():
+            with atp.batch("tests.done") as first:
+                atp.enqueue_on_commit("tests.noop", identifier="taken")
+            with atp.batch("tests.done") as second:
+                atp.enqueue_on_commit("tests.noop")  # skipped, its batch's seal with it
+    assert Batch.objects.filter(sealed__isnull=True).count() == 0
+    assert sorted(complete_due()) == [first.pk, second.pk]
+    assert [load_json(c.inputs.data)["total"] for c in completions()] == [0, 0]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_member_failing_at_a_commit_inside_the_block_does_not_seal_it_early(
+        noop_type, done_type):
+    atp.enqueue("tests.noop", identifier="taken")
+    with atp.batch("tests.done") as batch:
+        with pytest.raises(TaskAlreadyExists):
+            with transaction.atomic():
+                atp.enqueue_on_commit("tests.noop", identifier="taken")
+        assert Batch.objects.get(pk=batch.pk).sealed is None  # the block goes on
+        engine.cancel(atp.enqueue("tests.noop"))
+        assert complete_due() == []
+    assert complete_due() == [batch.pk]
+    assert load_json(completions()[0].inputs.data)["total"] == 1
+
+
+@pytest.mark.parametrize("ended", [False, True], ids=["live", "ended within its window"])
+def test_the_on_complete_task_comes_whatever_names_users_took(noop_type, done_type, ended):
+    """A review found the completion dropped, and the batch marked completed, when a
+    task of the on-complete type already had the name ``batch-<id>-complete``."""
+    with atp.batch("tests.done") as batch:
+        engine.cancel(atp.enqueue("tests.noop"))
+    for name in (f"batch-{batch.pk}-complete", f"batch{batch.pk}", f"atp-batch-{batch.pk}"):
+        taken = atp.enqueue("tests.done", identifier=name)
+        if ended:
+            engine.cancel(taken)
+    assert complete_due() == [batch.pk]
+    batch.refresh_from_db()
+    completion = Instance.objects.get(pk=batch.completion_id)
+    assert completion.type.identifier == "tests.done" and not completion.identifier.startswith(
+        ("batch-", "batch1", "atp-batch-"))
+    assert load_json(completion.inputs.data)["cancelled"] == 1
+    assert complete_due() == []
+    assert len(completions()) == 4
+
+
+def test_a_completion_whose_name_an_earlier_batch_used_is_enqueued_all_the_same(
+        noop_type, done_type):
+    """Batch numbers may start again (a table emptied by hand): the completion of a
+    batch whose number an earlier batch had still comes, once."""
+    with atp.batch("tests.done") as batch:
+        pass
+    from atp.engine.batches import completion_name
+    from atp.engine.enqueue import enqueue_reserved
+
+    earlier = enqueue_reserved("tests.done", None, completion_name(batch.pk))
+    assert complete_due() == [batch.pk]
+    batch.refresh_from_db()
+    assert batch.completion_id not in (None, earlier.pk)
+    assert len(completions()) == 2

@@ -7,6 +7,7 @@ from django.utils.html import format_html
 
 from atp.admin.inputs import InputsSeenAsTasks
 from atp.admin.keys import NumericKeys
+from atp.admin.lookups import CheckedLookups
 from atp.admin.paginators import no_facets
 from atp.models import Batch
 from atp.states import LIVE, TERMINAL, Status
@@ -14,7 +15,7 @@ from atp.states import LIVE, TERMINAL, Status
 
 @no_facets
 @admin.register(Batch)
-class BatchAdmin(InputsSeenAsTasks, NumericKeys, admin.ModelAdmin):
+class BatchAdmin(InputsSeenAsTasks, CheckedLookups, NumericKeys, admin.ModelAdmin):
     list_display = ["__str__", "on_complete", "progress", "failed_members", "created",
                     "completed", "completion_link"]
     list_filter = [("completed", admin.EmptyFieldListFilter)]

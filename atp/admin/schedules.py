@@ -7,6 +7,7 @@ from atp import audit, engine, schedules
 from atp.admin.actions import Outcome
 from atp.admin.inputs import InputsSeenAsTasks
 from atp.admin.keys import NumericKeys
+from atp.admin.lookups import CheckedLookups
 from atp.admin.paginators import no_facets
 from atp.engine.schedules import clean_schedule
 from atp.exceptions import AtpError, InputsNotSerializable, InputsTooLarge, ScheduleNotFound
@@ -76,7 +77,7 @@ class ScheduleForm(forms.ModelForm):
 
 @no_facets
 @admin.register(Schedule)
-class ScheduleAdmin(InputsSeenAsTasks, NumericKeys, admin.ModelAdmin):
+class ScheduleAdmin(InputsSeenAsTasks, CheckedLookups, NumericKeys, admin.ModelAdmin):
     list_display = ["name", "type", "timetable", "next_run", "last_run", "enabled"]
     list_filter = ["enabled"]
     search_fields = ["name", "type__identifier"]

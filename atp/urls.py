@@ -25,5 +25,7 @@ urlpatterns = [
     page("tasks/<atp_task_id:pk>.json", task_status, "task_status"),
     page("tasks/<atp_task_id:pk>/response", task_response, "task_response"),
     page("tasks/<atp_task_id:pk>/<slug:verb>/", task_action, "task_action"),
-    page("types/<int:pk>/<slug:verb>/", type_action, "type_action"),
+    # A type's number too: no key column holds more than 18 digits (Django 4.2 on SQLite
+    # fails with OverflowError on a longer <int:pk>).
+    page("types/<atp_task_id:pk>/<slug:verb>/", type_action, "type_action"),
 ]

@@ -36,8 +36,9 @@ class CheckedChangeList(ChangeList):
             # The date hierarchy's arithmetic (year 9999 has no following year).
             raise IncorrectLookupParameters(exc) from exc
 
-    def get_queryset(self, request, exclude_parameters=None):
-        queryset = super().get_queryset(request, exclude_parameters)
+    def get_queryset(self, request, *args, **kwargs):
+        # (Django 5 passes exclude_parameters, for facets; 4.2 nothing more.)
+        queryset = super().get_queryset(request, *args, **kwargs)
         reason = unusable_value(queryset)
         if reason is not None:
             raise IncorrectLookupParameters(reason)
@@ -105,6 +106,9 @@ def _refusal(field, value, connection):
             low, high = connection.ops.integer_field_range(field.get_internal_type())
         except KeyError:  # not a column's own type
             low, high = BIGINT_RANGE
+        # Django 4.2 names no range on SQLite, which holds 64 bits.
+        low, high = (BIGINT_RANGE[0] if low is None else low,
+                     BIGINT_RANGE[1] if high is None else high)
         if not low <= value <= high:
             return "is beyond the range of its column"
     if isinstance(field, models.DurationField) and not isinstance(value, datetime.timedelta):

@@ -42,7 +42,7 @@ class ScheduleForm(forms.ModelForm):
             inputs = load_json(cleaned["inputs"] if "inputs" in self.fields
                                else self.instance.inputs)
         except ValueError as exc:
-            self.add_error("inputs", f"not JSON: {exc}")
+            self._add_error("inputs", f"not JSON: {exc}")
             return cleaned
         self.arguments = {
             "cron": cleaned["cron"], "every": cleaned["interval"], "timezone": cleaned["timezone"],
@@ -52,8 +52,12 @@ class ScheduleForm(forms.ModelForm):
         try:
             clean_schedule(name, self.task_type, **self.arguments)
         except AtpError as exc:
-            self.add_error(self._field_of(exc), str(exc))
+            self._add_error(self._field_of(exc), str(exc))
         return cleaned
+
+    def _add_error(self, field, message):
+        # A field the user may not write is not in the form: its error is the form's.
+        self.add_error(field if field in self.fields else None, message)
 
     def _field_of(self, error):
         message = str(error)

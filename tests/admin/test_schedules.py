@@ -151,3 +151,15 @@ def test_seeing_a_schedules_inputs_needs_what_seeing_a_tasks_needs(
     assert ("s3cr3t" in page.content.decode()) == sees
     # Nor can a filter tell what they hold, row by row.
     assert viewer.get(f"{LIST}?inputs__contains=s3cr3t").status_code == 400
+
+
+def test_inputs_one_may_not_write_that_no_longer_pass_are_a_form_error(
+        client, django_user_model, noop_type):
+    schedule = atp.schedule("beat", "tests.noop", every=60, inputs={"blob": "x" * 2000})
+    atp.register_task_type("tests.noop", "tests.handlers.noop", max_input_bytes=1024)
+    changer = staff_with(client, django_user_model, "change_schedule", "view_schedule")
+    response = changer.post(f"/admin/atp/schedule/{schedule.pk}/change/",
+                            form(noop_type, interval="120"))
+    assert response.status_code == 200
+    assert "at most 1,024 bytes" in " ".join(response.context["adminform"].form.non_field_errors())
+    assert Schedule.objects.get(pk=schedule.pk).interval == datetime.timedelta(minutes=1)

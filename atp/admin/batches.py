@@ -5,7 +5,9 @@ from django.db.models import Count, Q
 from django.urls import reverse
 from django.utils.html import format_html
 
+from atp.admin.inputs import InputsSeenAsTasks
 from atp.admin.keys import NumericKeys
+from atp.admin.lookups import CheckedLookups
 from atp.admin.paginators import no_facets
 from atp.models import Batch
 from atp.states import LIVE, TERMINAL, Status
@@ -13,7 +15,7 @@ from atp.states import LIVE, TERMINAL, Status
 
 @no_facets
 @admin.register(Batch)
-class BatchAdmin(NumericKeys, admin.ModelAdmin):
+class BatchAdmin(InputsSeenAsTasks, CheckedLookups, NumericKeys, admin.ModelAdmin):
     list_display = ["__str__", "on_complete", "progress", "failed_members", "created",
                     "completed", "completion_link"]
     list_filter = [("completed", admin.EmptyFieldListFilter)]
@@ -22,6 +24,8 @@ class BatchAdmin(NumericKeys, admin.ModelAdmin):
                        "progress", "failed_members", "completed", "completion_link", "total",
                        "finished", "failed", "cancelled"]
     fields = readonly_fields
+    # The function a deferred on-complete task calls is part of its inputs.
+    inputs_fields = ("function", "inputs")
 
     class Media:
         css = {"all": ["atp/atp.css"]}

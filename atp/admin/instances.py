@@ -16,6 +16,7 @@ from django_admin_listfilter_dropdown.filters import ChoiceDropdownFilter, Relat
 from atp import engine
 from atp.admin.actions import apply_to_each, delete_each_ended
 from atp.admin.keys import NumericKeys
+from atp.admin.lookups import CheckedLookups
 from atp.admin.paginators import EstimatedCountPaginator, no_facets
 from atp.admin.querysets import DateProbingQuerySet
 from atp.converters import TASK_ID_PATTERN, parse_task_id
@@ -80,7 +81,7 @@ class StateHistoryInline(admin.TabularInline):
 
 @no_facets
 @admin.register(Instance)
-class InstanceAdmin(NumericKeys, admin.ModelAdmin):
+class InstanceAdmin(CheckedLookups, NumericKeys, admin.ModelAdmin):
     list_display = ["id", "short_identifier", "type", "state", "progress_bar", "tries",
                     "created_at", "finished_at", "run_time", "daemon"]
     list_display_links = ["id", "short_identifier"]

@@ -6,6 +6,7 @@ from django.utils.text import Truncator
 from django_admin_listfilter_dropdown.filters import ChoiceDropdownFilter
 
 from atp.admin.keys import NumericKeys
+from atp.admin.lookups import CheckedLookups
 from atp.admin.paginators import EstimatedCountPaginator, no_facets
 from atp.db import ByteLength
 from atp.models import Daemon, Inputs, LogRecord, Response, Task
@@ -16,7 +17,7 @@ EXCERPT_CHARS = 80
 
 
 @no_facets
-class ReadOnlyAdmin(NumericKeys, admin.ModelAdmin):
+class ReadOnlyAdmin(CheckedLookups, NumericKeys, admin.ModelAdmin):
     """Show everything, change nothing: these rows change through the queue verbs."""
 
     paginator = EstimatedCountPaginator

@@ -1,5 +1,6 @@
 """Pagination for lists of millions of rows: a page, and a count that costs nothing."""
 
+from django.core.exceptions import EmptyResultSet
 from django.core.paginator import Paginator
 from django.db import OperationalError, connections, transaction
 from django.utils.functional import cached_property
@@ -48,7 +49,10 @@ class EstimatedCountPaginator(Paginator):
 
     @staticmethod
     def _estimate(queryset, connection):
-        sql, params = queryset.order_by().query.sql_with_params()
+        try:
+            sql, params = queryset.order_by().query.sql_with_params()
+        except EmptyResultSet:  # Django knows it matches nothing (.none(), an id past bigint)
+            return 0
         with connection.cursor() as cursor:
             cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
             plan = cursor.fetchone()[0]

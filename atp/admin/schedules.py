@@ -5,11 +5,14 @@ from django.contrib import admin
 
 from atp import audit, engine, schedules
 from atp.admin.actions import Outcome
+from atp.admin.inputs import InputsSeenAsTasks
 from atp.admin.keys import NumericKeys
+from atp.admin.lookups import CheckedLookups
 from atp.admin.paginators import no_facets
 from atp.engine.schedules import clean_schedule
 from atp.exceptions import AtpError, InputsNotSerializable, InputsTooLarge, ScheduleNotFound
 from atp.models import Schedule
+from atp.permissions import VIEW_INPUTS, WRITE_INPUTS
 from atp.serialization import load_json
 
 EDITABLE = ["name", "type", "cron", "interval", "timezone", "inputs", "priority", "catch_up",
@@ -32,10 +35,14 @@ class ScheduleForm(forms.ModelForm):
         if self.errors:
             return cleaned
         name = cleaned.get("name", self.instance.name)
+        # Without the right to write inputs, the type (of a saved schedule) and the inputs
+        # are not in the form: what the schedule runs stays as it is (a new one: no inputs).
+        self.task_type = cleaned["type"] if "type" in self.fields else self.instance.type
         try:
-            inputs = load_json(cleaned["inputs"])
+            inputs = load_json(cleaned["inputs"] if "inputs" in self.fields
+                               else self.instance.inputs)
         except ValueError as exc:
-            self.add_error("inputs", f"not JSON: {exc}")
+            self._add_error("inputs", f"not JSON: {exc}")
             return cleaned
         self.arguments = {
             "cron": cleaned["cron"], "every": cleaned["interval"], "timezone": cleaned["timezone"],
@@ -43,10 +50,14 @@ class ScheduleForm(forms.ModelForm):
             "enabled": cleaned["enabled"],
         }
         try:
-            clean_schedule(name, cleaned["type"], **self.arguments)
+            clean_schedule(name, self.task_type, **self.arguments)
         except AtpError as exc:
-            self.add_error(self._field_of(exc), str(exc))
+            self._add_error(self._field_of(exc), str(exc))
         return cleaned
+
+    def _add_error(self, field, message):
+        # A field the user may not write is not in the form: its error is the form's.
+        self.add_error(field if field in self.fields else None, message)
 
     def _field_of(self, error):
         message = str(error)
@@ -70,7 +81,7 @@ class ScheduleForm(forms.ModelForm):
 
 @no_facets
 @admin.register(Schedule)
-class ScheduleAdmin(NumericKeys, admin.ModelAdmin):
+class ScheduleAdmin(InputsSeenAsTasks, CheckedLookups, NumericKeys, admin.ModelAdmin):
     list_display = ["name", "type", "timetable", "next_run", "last_run", "enabled"]
     list_filter = ["enabled"]
     search_fields = ["name", "type__identifier"]
@@ -85,7 +96,13 @@ class ScheduleAdmin(NumericKeys, admin.ModelAdmin):
 
     def get_readonly_fields(self, request, obj=None):
         # The name names the runs' tasks: a renamed schedule is a new one.
-        return self.readonly_fields + (["name"] if obj is not None else [])
+        readonly = self.readonly_fields + (["name"] if obj is not None else [])
+        if not (request.user.has_perm(WRITE_INPUTS) and request.user.has_perm(VIEW_INPUTS)):
+            # A schedule runs its type's handler with its inputs: writing either is writing
+            # a task's inputs (a deferred call's name a function), so it needs what that
+            # needs. Others choose the type of a new schedule, whose inputs are null.
+            readonly = readonly + ["inputs"] + (["type"] if obj is not None else [])
+        return readonly
 
     @admin.display(description="when", ordering="cron")
     def timetable(self, obj):
@@ -95,7 +112,7 @@ class ScheduleAdmin(NumericKeys, admin.ModelAdmin):
 
     def save_model(self, request, obj, form, change):
         # Through the verb: it locks the row and recomputes the next due time as the API does.
-        saved = engine.save_schedule(obj.name, form.cleaned_data["type"], **form.arguments)
+        saved = engine.save_schedule(obj.name, form.task_type, **form.arguments)
         obj.pk = saved.pk
         obj.refresh_from_db()
 

@@ -9,6 +9,7 @@ from django.utils.html import format_html, format_html_join
 from atp import audit, engine, registry, stats
 from atp.admin.actions import Outcome
 from atp.admin.keys import NumericKeys
+from atp.admin.lookups import CheckedLookups
 from atp.admin.paginators import no_facets
 from atp.exceptions import InvalidParameter, TaskTypeInUse, TaskTypeNotFound
 from atp.models import Task, Type
@@ -62,7 +63,7 @@ class TypeForm(forms.ModelForm):
 
 @no_facets
 @admin.register(Type)
-class TypeAdmin(NumericKeys, admin.ModelAdmin):
+class TypeAdmin(CheckedLookups, NumericKeys, admin.ModelAdmin):
     list_display = ["identifier", "handler", "timeout", "max_restarts", "retention",
                     "max_concurrency", "rate_shown", "is_paused", "live_tasks", "run_by"]
     list_filter = ["is_paused", "pull", "input_format"]

@@ -2,7 +2,7 @@
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpResponseBadRequest, JsonResponse
+from django.http import Http404, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -17,6 +17,7 @@ from atp.models import Batch, Instance, Response, Type
 from atp.presentation import HISTORY_SHOWN, describe_inputs, refusal_reason, timeline
 from atp.states import IN_FLIGHT, LIVE, TERMINAL, Status
 from atp.views.access import CHANGE, VIEW, VIEW_INPUTS, VIEW_RESPONSE, staff_member
+from atp.views.headers import bad_request
 
 PAGE_SIZE = 50
 
@@ -49,17 +50,17 @@ def task_list(request):
     tasks = Instance.objects.select_related("type", "daemon")
     type_name, status = request.GET.get("type", ""), request.GET.get("status", "")
     if "\x00" in type_name:  # PostgreSQL refuses NUL in any string
-        return HttpResponseBadRequest(b"type names hold no NUL character")
+        return bad_request("type names hold no NUL character")
     if type_name:
         tasks = tasks.filter(type=get_object_or_404(Type, identifier=type_name))
     if status:
         if status not in Status.values:
-            return HttpResponseBadRequest(f"unknown state {status!r}".encode())
+            return bad_request(f"unknown state {status!r}")
         tasks = tasks.filter(status=status)
     try:
         before, after = _key(request, "before"), _key(request, "after")
     except BadRequest as exc:
-        return HttpResponseBadRequest(str(exc).encode())
+        return bad_request(str(exc))
     if after is not None:
         page = list(tasks.filter(pk__gt=after).order_by("pk")[:PAGE_SIZE + 1])[::-1]
         newer, older = len(page) > PAGE_SIZE, True

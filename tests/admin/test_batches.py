@@ -48,3 +48,23 @@ def test_the_task_page_shows_its_batch(log_in, batch):
     assert re.search(r"batch #\d+ nightly: 3 of 4 ended \(1 failed, 1 cancelled\)", page)
     member = log_in("superuser").get(f"/admin/atp/instance/{batch.tasks[3].pk}/change/")
     assert re.search(r"batch #\d+ nightly", member.content.decode())
+
+
+@pytest.mark.parametrize("codenames, sees", [
+    (["view_batch"], False),
+    (["view_batch", "view_inputs"], True),
+])
+def test_seeing_a_batchs_inputs_needs_what_seeing_a_tasks_needs(client, django_user_model,
+                                                                noop_type, codenames, sees):
+    from tests import handlers
+    from tests.admin.test_schedules import staff_with
+
+    with atp.batch(handlers.multiply, inputs={"token": "s3cr3t"}) as made:
+        atp.enqueue("tests.noop", {})
+    viewer = staff_with(client, django_user_model, *codenames)
+    page = viewer.get(f"/admin/atp/batch/{made.pk}/change/")
+    assert page.status_code == 200
+    assert ("s3cr3t" in page.content.decode()) == sees
+    assert ("tests.handlers.multiply" in page.content.decode()) == sees
+    for lookup in ("inputs__contains=s3cr3t", "function__startswith=tests"):
+        assert viewer.get(f"/admin/atp/batch/?{lookup}").status_code == 400

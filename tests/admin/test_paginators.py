@@ -56,3 +56,9 @@ def test_a_list_the_planner_expects_to_be_long_is_not_counted(postgres_only, noo
         count = EstimatedCountPaginator(Instance.objects.order_by("-pk"), 5).count
     assert isinstance(count, int) and count >= 0
     assert not any("COUNT(" in q["sql"].upper() for q in queries.captured_queries)
+
+
+def test_a_list_that_can_match_nothing_counts_none(noop_type):
+    atp.enqueue("tests.noop", {})
+    # What the task list's search gives for a term no identifier can be.
+    assert EstimatedCountPaginator(Instance.objects.order_by("pk").none(), 50).count == 0

@@ -78,3 +78,27 @@ def test_a_purge_from_the_dashboard_asks_first(logged_in, live_server, noop_type
         row.get_by_role("button", name="Purge").click()
     expect(logged_in.locator("body")).to_contain_text("2 waiting task(s) cancelled")
     assert set(Instance.objects.values_list("status", flat=True)) == {Status.CANCELLED}
+
+
+def test_the_pages_work_within_their_own_policy_and_run_nothing_injected(logged_in, live_server,
+                                                                        noop_type):
+    """atp's pages run their script and stylesheet under their Content-Security-Policy,
+    and markup that found its way into a page runs nothing."""
+    violations = []
+    logged_in.on("console", lambda message: violations.append(message.text)
+                 if "Content Security Policy" in message.text else None)
+    task = atp.enqueue("tests.noop", {})
+    for url in ["/atp/", "/atp/tasks/", f"/atp/tasks/{task.pk}/"]:
+        response = logged_in.goto(f"{live_server.url}{url}")
+        assert "script-src 'self'" in response.headers["content-security-policy"]
+        header = logged_in.locator(".atp-header")
+        assert header.evaluate("e => getComputedStyle(e).display") == "flex"  # atp.css applied
+    # live.js refreshes the task's part in place (its content is replaced every 2 s).
+    logged_in.locator("[data-atp-refresh] .atp-card").evaluate("e => e.id = 'atp-before'")
+    expect(logged_in.locator("#atp-before")).to_have_count(0, timeout=10_000)
+    assert violations == []
+    logged_in.evaluate("""() => document.body.insertAdjacentHTML('beforeend',
+        '<img src="x" onerror="window.injected = 1">')""")
+    logged_in.wait_for_timeout(500)
+    assert logged_in.evaluate("window.injected") is None
+    assert any("inline event handler" in text for text in violations)

@@ -145,7 +145,11 @@ def test_buttons_only_answer_posts(log_in, task):
         ("/atp/tasks/999999/response", 404),
         ("/atp/tasks/0/", 404),
         ("/admin/atp/instance/999999/response/", 404),
-        ("/admin/atp/instance/?status__exact=DONE", 200),  # the admin ignores a bad filter
+        ("/admin/atp/instance/?status__exact=DONE", 200),  # a state no task has: none listed
+        # A value no column can hold (tests/admin/test_lookups.py tries them all).
+        ("/admin/atp/instance/?status__exact=%00", 400),
+        ("/admin/atp/instance/?type__id__exact=999999999999999999999999999999", 400),
+        ("/admin/atp/instance/?id__gt=999999999999999999999999999999", 400),
     ],
 )
 def test_bad_addresses_get_400_or_404_never_500(log_in, task, url, status):
@@ -166,3 +170,4 @@ def test_an_unknown_button_is_404(log_in, task):
     client = log_in("superuser")
     assert client.post(f"/atp/tasks/{task.pk}/explode/").status_code == 404
     assert client.post("/atp/tasks/999999/cancel/").status_code == 404
+    assert client.post("/atp/types/99999999999999999999999/pause/").status_code == 404

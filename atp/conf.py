@@ -55,7 +55,8 @@ class AtpSettings:
 
     @property
     def DAEMON_TIMEOUT_SECONDS(self):
-        """After this long without a heartbeat a daemon is declared dead and its tasks restarted."""
+        """After this long without a heartbeat, on the observer's monotonic clock, a daemon is
+        declared dead and its tasks restarted."""
         return getattr(settings, "ATP_DAEMON_TIMEOUT_SECONDS", 30.0)
 
     @property

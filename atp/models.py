@@ -155,7 +155,12 @@ class Daemon(models.Model):
         null=True, blank=True, help_text="When its process started, in clock ticks since boot."
     )
     started = models.DateTimeField()
-    heartbeat = models.DateTimeField()
+    heartbeat = models.DateTimeField(help_text="When it last reported alive, on the database clock.")
+    # Other daemons judge it by this counter advancing on their own monotonic clocks,
+    # never by the stamp above (see atp.liveness).
+    beats = models.PositiveBigIntegerField(
+        default=0, help_text="How many heartbeats it recorded: others watch it advance.",
+    )
     stopped = models.DateTimeField(null=True, blank=True)
     workers = models.PositiveSmallIntegerField(default=0)
     types = models.TextField(blank=True, help_text="The types it was asked to run; empty for all.")

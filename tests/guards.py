@@ -24,6 +24,7 @@ from pathlib import Path
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 #: The tests that exercise the guards directly: the queue verbs and the worker's steps.
 TESTS = ["tests/engine", "tests/daemon/test_execution.py", "tests/test_states.py",
+         "tests/test_liveness.py",
          "tests/daemon/test_control.py::test_a_task_stuck_before_its_handler_starts_times_out_from_its_claim"]
 POSTGRES_URL = os.environ.get("ATP_TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test")
 
@@ -166,10 +167,12 @@ GUARDS = [
     Guard("delete: lease", "atp/engine/maintenance.py", "    if locked.is_leased:\n", "    if False:\n"),
     # Daemons.
     Guard("heartbeat: not stopped", "atp/engine/daemons.py",
-          "Daemon.objects.filter(pk=pk_of(daemon), stopped__isnull=True).update(heartbeat=Now())",
-          "Daemon.objects.filter(pk=pk_of(daemon)).update(heartbeat=Now())"),
+          "Daemon.objects.filter(pk=pk_of(daemon), stopped__isnull=True)\n",
+          "Daemon.objects.filter(pk=pk_of(daemon))\n"),
     Guard("reap: still silent", "atp/engine/daemons.py",
-          "        rows = rows.filter(heartbeat__lt=Now() - Value(silent_for))\n", ""),
+          "        rows = rows.filter(beats=beats)\n", ""),
+    Guard("watch: a counter that moved starts its time-out again", "atp/liveness.py",
+          "before is not None and before[0] == counter", "before is not None"),
     Guard("let go: lease holder", "atp/engine/daemons.py",
           "    if locked.lease != pk_of(daemon):\n        return False\n", "", RACES),
     Guard("time-out from the claim", "atp/engine/claim.py",

@@ -1,9 +1,10 @@
 """How long this daemon may keep running its tasks without a successful heartbeat.
 
-Another daemon restarts our tasks once our last heartbeat is older than
-``ATP_DAEMON_TIMEOUT_SECONDS`` on the database clock. Our lease ends earlier, by the
-kill grace and one heartbeat interval, measured from the moment the last successful
-heartbeat was *sent* (which is before the database stamped it). When the lease ends
+Another daemon restarts our tasks once it has seen our heartbeat counter stand still
+for ``ATP_DAEMON_TIMEOUT_SECONDS`` on its own monotonic clock (``atp.liveness``), a
+time-out that begins after the database counted our last heartbeat. Our lease ends
+earlier, by the kill grace and one heartbeat interval, measured from the moment the
+last successful heartbeat was *sent* (before the database counted it). When the lease ends
 our workers are killed, so a task never runs here and elsewhere at the same time.
 
 The deadline lives in shared memory on a clock a parent and its forked children

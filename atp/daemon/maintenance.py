@@ -23,13 +23,18 @@ logger = logging.getLogger(__name__)
 BOOT_MARGIN = datetime.timedelta(seconds=1)
 
 
-def reap_stale_daemons(me):
-    """Restart the tasks of every other daemon silent past ``ATP_DAEMON_TIMEOUT_SECONDS``."""
-    timeout = datetime.timedelta(seconds=conf.DAEMON_TIMEOUT_SECONDS)
+def reap_stale_daemons(me, watch):
+    """Restart the tasks of every other daemon whose heartbeat counter ``watch`` (an
+    ``atp.liveness.Watch`` this daemon keeps) saw stand still for
+    ``ATP_DAEMON_TIMEOUT_SECONDS``; return how many."""
+    others = engine.heartbeat_counters(exclude=me)
+    silent = watch.silent({pk: daemon.beats for pk, daemon in others.items()},
+                          conf.DAEMON_TIMEOUT_SECONDS)
     restarted = 0
-    for daemon in engine.stale_daemons(timeout, exclude=me):
+    for pk, beats in silent.items():
+        daemon = others[pk]
         count = engine.reap_daemon(
-            daemon, f"daemon {daemon} stopped heartbeating", silent_for=timeout
+            daemon, f"daemon {daemon} stopped heartbeating", beats=beats
         )
         logger.log(logging.WARNING if count else logging.INFO,
                    "daemon %s declared dead by %s: %s task(s) restarted", daemon, me, count)

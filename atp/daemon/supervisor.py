@@ -52,6 +52,7 @@ from atp.engine.outcomes import Outcome
 from atp.engine.schedules import sync_declared_schedules
 from atp.engine.types import sync_declared_types
 from atp.exceptions import DaemonStopped
+from atp.liveness import Watch
 from atp.states import Status
 
 logger = logging.getLogger(__name__)
@@ -126,6 +127,8 @@ class Supervisor:
         # so that the ends of the short tasks it gave out are written first.
         self.due_lookup_at = None
         self.maintenance = Every(conf.HEARTBEAT_INTERVAL_SECONDS)
+        # Other daemons' heartbeat counters, as seen on this one's monotonic clock.
+        self.neighbours = Watch()
         # Schedules (periodic tasks) are looked at every poll, and at the due time of
         # the first when it comes before the next poll (monotonic; None: not that soon).
         self.schedules = Every(config.poll_interval)
@@ -391,7 +394,7 @@ class Supervisor:
             self.controls.done(now)
         if self.maintenance.is_due(now):
             self._reload_catalog()
-            maintenance.reap_stale_daemons(self.daemon)
+            maintenance.reap_stale_daemons(self.daemon, self.neighbours)
             self._duty("expiring pull leases", maintenance.expire_pull_leases)
             self._duty("purging ended tasks and tombstones", maintenance.purge_expired)
             self._duty("tending batches", maintenance.tend_batches)

@@ -8,13 +8,13 @@ in the same transaction (see ``atp.engine.transitions``).
 from atp.engine.claim import claim_for_daemon, dequeue, next_due, settle_and_claim
 from atp.engine.daemons import (
     heartbeat,
+    heartbeat_counters,
     prune_daemons,
     reap_daemon,
     register_daemon,
     restart_leases,
     retire_daemon,
     serve_types,
-    stale_daemons,
 )
 from atp.engine.enqueue import enqueue, enqueue_many, enqueue_on_commit
 from atp.engine.lifecycle import (
@@ -57,9 +57,9 @@ from atp.engine.types import (
 __all__ = [
     "NOT_FOR_PULL",
     "cancel", "claim_for_daemon", "complete", "expire_leases", "extend_lease", "lease_tasks", "register_pull_type", "declare_schedule", "delete_ended", "delete_schedule", "delete_task", "dequeue", "enqueue", "enqueue_due", "enqueue_many", "enqueue_on_commit", "fail", "fail_or_retry", "finish",
-    "get_response", "get_type", "next_due", "hand_back", "heartbeat", "log", "pause", "pause_type",
+    "get_response", "get_type", "next_due", "hand_back", "heartbeat", "heartbeat_counters", "log", "pause", "pause_type",
     "prune_daemons", "purge_finished", "purge_tombstones", "purge_type", "reap_daemon", "reenqueue", "register_daemon", "release",
     "register_task_type", "restart", "restart_leases", "resume", "resume_type", "retire_daemon",
-    "save_schedule", "seconds_to_next_run", "serve_types", "set_schedule_enabled", "set_progress", "settle", "settle_and_claim", "set_response", "set_status", "stale_daemons", "start", "start_and_load",
+    "save_schedule", "seconds_to_next_run", "serve_types", "set_schedule_enabled", "set_progress", "settle", "settle_and_claim", "set_response", "set_status", "start", "start_and_load",
     "sync_declared_schedules", "sync_declared_types", "unregister_task_type", "update_task_type",
 ]

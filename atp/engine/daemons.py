@@ -1,15 +1,18 @@
 """The registry of daemons: who holds leases on tasks, and what happens when one is gone.
 
-A daemon proves it is alive by heartbeating on the database clock. A daemon silent
-for longer than ``ATP_DAEMON_TIMEOUT_SECONDS`` is declared stopped and its tasks are
-restarted, in one transaction that re-checks its silence under the row lock: a
-heartbeat that lands first wins, and one that lands after finds the daemon stopped.
+A daemon proves it is alive by advancing its heartbeat counter (``beats``). Another
+daemon declares it stopped once the counter has not advanced for
+``ATP_DAEMON_TIMEOUT_SECONDS`` on the observer's own monotonic clock (``atp.liveness``),
+never by comparing a stamp with a clock: a wall clock or the database server's clock
+may step. The declaration, and the restart of its tasks, happen in one transaction that
+re-checks the counter under the row lock: a heartbeat that lands first wins, and one
+that lands after finds the daemon stopped.
 """
 
 import datetime
 import socket
 
-from django.db.models import Value
+from django.db.models import F, Value
 from django.db.models.functions import Now
 
 from atp import processes
@@ -47,7 +50,8 @@ def serve_types(daemon, type_ids):
 def heartbeat(daemon):
     """Record that ``daemon`` is alive; return False if it was declared stopped meanwhile."""
     return bool(
-        Daemon.objects.filter(pk=pk_of(daemon), stopped__isnull=True).update(heartbeat=Now())
+        Daemon.objects.filter(pk=pk_of(daemon), stopped__isnull=True)
+        .update(heartbeat=Now(), beats=F("beats") + 1)
     )
 
 
@@ -96,26 +100,25 @@ def _let_go(pk, daemon, reason, spends_restart):
     return True
 
 
-def stale_daemons(timeout, *, exclude=None):
-    """Return the running daemons silent for longer than ``timeout`` (a timedelta)."""
-    # Never a pull consumer: it does not heartbeat, its leases end at their deadline.
-    rows = Daemon.objects.filter(stopped__isnull=True, heartbeat__lt=Now() - Value(timeout),
-                                 consumer="")
+def heartbeat_counters(*, exclude=None):
+    """Return the running daemons that heartbeat (not pull consumers, whose leases end at
+    their deadline), each with its ``beats``, by key; without ``exclude``."""
+    rows = Daemon.objects.filter(stopped__isnull=True, consumer="").only("host", "pid", "beats")
     if exclude is not None:
         rows = rows.exclude(pk=pk_of(exclude))
-    return list(rows)
+    return {daemon.pk: daemon for daemon in rows}
 
 
 @queue_write
-def reap_daemon(daemon, reason, *, silent_for=None):
+def reap_daemon(daemon, reason, *, beats=None):
     """Declare ``daemon`` stopped and restart every task it holds; return how many.
 
-    With ``silent_for`` (a timedelta) nothing happens unless its last heartbeat is
-    still older than that when the row is locked. Each task spends a restart.
+    With ``beats`` nothing happens unless its heartbeat counter still is ``beats`` when
+    the row is locked (it was judged silent at that count). Each task spends a restart.
     """
     rows = Daemon.objects.filter(pk=pk_of(daemon), stopped__isnull=True)
-    if silent_for is not None:
-        rows = rows.filter(heartbeat__lt=Now() - Value(silent_for))
+    if beats is not None:
+        rows = rows.filter(beats=beats)
     # FOR UPDATE, the one lock a claim's KEY SHARE on its daemon's row waits for: a
     # claim in progress commits first (and its tasks are restarted below), or sees
     # the daemon stopped and takes nothing.

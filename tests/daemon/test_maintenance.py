@@ -1,3 +1,4 @@
+import contextlib
 import datetime
 import os
 import signal
@@ -13,6 +14,7 @@ from django.test import override_settings
 import atp
 from atp import engine
 from atp.daemon import maintenance
+from atp.liveness import Watch
 from atp.models import Daemon, Instance, LogRecord, Task
 from atp.states import Status
 from tests.factories import TaskFactory
@@ -22,8 +24,19 @@ pytestmark = pytest.mark.django_db
 
 
 def silence(daemon, seconds):
-    """Pretend ``daemon`` last heartbeat ``seconds`` ago."""
+    """Make ``daemon``'s last heartbeat stamp read ``seconds`` old: as after a step of the
+    database clock (the server's, or on SQLite the observer's host's) by that much."""
     Daemon.objects.filter(pk=daemon.pk).update(heartbeat=F("heartbeat") - datetime.timedelta(seconds=seconds))
+
+
+class Clock:
+    """The reaper's monotonic clock, moved by hand."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
 
 
 @override_settings(ATP_DAEMON_TIMEOUT_SECONDS=30)
@@ -32,10 +45,15 @@ def test_a_silent_daemons_tasks_are_restarted_by_another(noop_type):
     lost = [TaskFactory(type=noop_type, status=s, daemon=silent)
             for s in (Status.SCHEDULED, Status.RUNNING, Status.PAUSED)]
     kept = TaskFactory(type=noop_type, status=Status.RUNNING, daemon=alive)
-    silence(silent, 31)
-    silence(alive, 29)
+    clock = Clock()
+    watch = Watch(clock)
+    assert maintenance.reap_stale_daemons(me, watch) == 0  # seen for the first time
+    clock.now += 20
+    engine.heartbeat(alive)
+    assert maintenance.reap_stale_daemons(me, watch) == 0
+    clock.now += 10
 
-    assert maintenance.reap_stale_daemons(me) == 3
+    assert maintenance.reap_stale_daemons(me, watch) == 3
     for instance in Instance.objects.filter(pk__in=[t.pk for t in lost]):
         # A paused task stays paused (held) until an operator resumes it.
         expected = Status.PAUSED if instance.pk == lost[2].pk else Status.ACCEPTED
@@ -45,15 +63,37 @@ def test_a_silent_daemons_tasks_are_restarted_by_another(noop_type):
     assert Instance.objects.get(pk=kept.pk).status == Status.RUNNING
     assert Daemon.objects.get(pk=silent.pk).stopped is not None
     assert not engine.heartbeat(silent)  # a daemon declared dead learns it at once
-    assert maintenance.reap_stale_daemons(me) == 0
+    clock.now += 60
+    assert maintenance.reap_stale_daemons(me, watch) == 1  # alive, silent since
+    assert maintenance.reap_stale_daemons(me, watch) == 0
+
+
+@override_settings(ATP_DAEMON_TIMEOUT_SECONDS=30)
+def test_a_daemon_is_judged_by_its_counter_not_by_how_old_its_stamp_looks(noop_type):
+    """A step of the database clock makes a live daemon's last heartbeat look a minute
+    old: it kept beating, so it keeps its tasks."""
+    me, alive = engine.register_daemon(), engine.register_daemon()
+    kept = TaskFactory(type=noop_type, status=Status.RUNNING, daemon=alive)
+    clock = Clock()
+    watch = Watch(clock)
+    for _ in range(4):
+        engine.heartbeat(alive)
+        silence(alive, 60)
+        assert maintenance.reap_stale_daemons(me, watch) == 0
+        clock.now += 20
+    assert Instance.objects.get(pk=kept.pk).status == Status.RUNNING
+    assert Daemon.objects.get(pk=alive.pk).stopped is None
 
 
 @override_settings(ATP_DAEMON_TIMEOUT_SECONDS=30)
 def test_a_daemon_never_reaps_itself(noop_type):
     me = engine.register_daemon()
     TaskFactory(type=noop_type, status=Status.RUNNING, daemon=me)
-    silence(me, 60)
-    assert maintenance.reap_stale_daemons(me) == 0
+    clock = Clock()
+    watch = Watch(clock)
+    maintenance.reap_stale_daemons(me, watch)
+    clock.now += 60
+    assert maintenance.reap_stale_daemons(me, watch) == 0
 
 
 def test_a_restarted_daemon_restarts_the_tasks_of_its_dead_predecessor_at_once(noop_type):
@@ -228,3 +268,72 @@ def test_two_containers_with_one_host_name_do_not_reap_each_other(
     task = Instance.objects.get(pk=long.pk)
     assert (task.status, task.attempt, task.restarts) == (Status.RUNNING, 1, 0)
     assert Daemon.objects.filter(host="atp-twin", stopped__isnull=True).count() == 2
+
+
+@pytest.fixture
+def clock_step(tmp_path):
+    """A wall-clock step for a daemon this test starts (tests/clockstep)."""
+    from tests import clockstep
+
+    try:
+        return clockstep.build(tmp_path)
+    except FileNotFoundError as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"the clock-step test must run in CI: {exc}")
+        pytest.skip(str(exc))
+
+
+@contextlib.contextmanager
+def heartbeat_stamps_lagging(daemon_pk, seconds):
+    """Stamp every heartbeat of one daemon ``seconds`` behind the server's clock, as if the
+    server's clock stepped forward by that much after each of them (PostgreSQL)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(f"""
+            CREATE FUNCTION atp_test_lag() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN NEW.heartbeat := NEW.heartbeat - interval '{int(seconds)} seconds'; RETURN NEW; END $$;
+            CREATE TRIGGER atp_test_lag BEFORE UPDATE ON atp_daemon FOR EACH ROW
+            WHEN (NEW.id = {int(daemon_pk)}) EXECUTE FUNCTION atp_test_lag();
+        """)
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("DROP TRIGGER atp_test_lag ON atp_daemon; DROP FUNCTION atp_test_lag();")
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_wall_clock_step_makes_no_daemon_reap_a_live_neighbour(start_daemon, tmp_path, clock_step):
+    """One daemon's clock steps a minute forward while its neighbour runs two tasks: on
+    SQLite its host's wall clock (the database clock there), on PostgreSQL the server's
+    as that daemon reads it against the neighbour's stamps. Nobody is declared dead and
+    no attempt starts while the first still runs."""
+    from django.db import connection
+
+    atp.register_task_type("tests.exclusive_sleep", "tests.handlers.exclusive_sleep")
+    busy = start_daemon("--workers", 2)
+    tasks = atp.enqueue_many("tests.exclusive_sleep", [{"directory": str(tmp_path), "seconds": 8}] * 2)
+    wait_until(lambda: Instance.objects.filter(status=Status.RUNNING).count() == 2, timeout=30,
+               message="both tasks running", output=busy.output)
+    busy_pk = Daemon.objects.get(pid=busy.pid, stopped__isnull=True).pk
+    stepped = start_daemon("--workers", 1, **clock_step.environment)
+    wait_until(lambda: "started: 1 workers" in stepped.output(), timeout=30, message="started",
+               output=stepped.output)
+    if connection.vendor == "sqlite":
+        clock_step.step(60)
+        lagging = contextlib.nullcontext()
+    else:
+        lagging = heartbeat_stamps_lagging(busy_pk, 60)
+    with lagging:
+        wait_until(lambda: Instance.objects.filter(status=Status.FINISHED).count() == 2,
+                   timeout=60, message="both tasks finished", output=stepped.output)
+    for instance in Instance.objects.filter(pk__in=[t.pk for t in tasks]):
+        assert (instance.attempt, instance.restarts) == (1, 0), stepped.output()
+    assert not list(tmp_path.glob("*.overlap")), "a task ran twice at once"
+    assert "declared dead" not in stepped.output()
+    assert Daemon.objects.get(pk=busy_pk).stopped is None
+    for daemon in (busy, stepped):
+        daemon.signal(signal.SIGTERM)
+        assert daemon.wait(30) == 0, daemon.output()

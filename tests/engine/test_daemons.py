@@ -40,3 +40,36 @@ def test_a_daemon_declared_stopped_learns_it_at_its_next_heartbeat(db):
     before = Daemon.objects.get(pk=daemon.pk).heartbeat
     assert engine.heartbeat(daemon) is False
     assert Daemon.objects.get(pk=daemon.pk).heartbeat == before
+
+
+def test_each_heartbeat_advances_the_counter_other_daemons_watch(db):
+    daemon, other = engine.register_daemon(), engine.register_daemon()
+    engine.heartbeat(daemon)
+    engine.heartbeat(daemon)
+    counters = engine.heartbeat_counters(exclude=other)
+    assert {pk: d.beats for pk, d in counters.items()} == {daemon.pk: 2}
+
+
+def test_a_pull_consumer_and_a_stopped_daemon_have_no_counter_to_watch(db):
+    import atp
+
+    atp.register_pull_type("tests.pull")
+    atp.enqueue("tests.pull")
+    assert atp.lease_tasks("tests.pull", 1, 60)  # registers the consumer
+    stopped = engine.register_daemon()
+    engine.retire_daemon(stopped)
+    assert engine.heartbeat_counters() == {}
+
+
+def test_a_daemon_judged_silent_at_a_count_is_not_reaped_once_it_beat_again(noop_type):
+    """The reaper saw the counter at 1 for the whole time-out; a heartbeat landing before
+    the reaper locks the row wins, and the daemon keeps its tasks."""
+    daemon = engine.register_daemon()
+    task = TaskFactory(type=noop_type, status=Status.RUNNING, daemon=daemon)
+    engine.heartbeat(daemon)
+    engine.heartbeat(daemon)
+    assert engine.reap_daemon(daemon, "silent", beats=1) == 0
+    assert Daemon.objects.get(pk=daemon.pk).stopped is None
+    assert Instance.objects.get(pk=task.pk).status == Status.RUNNING
+    assert engine.reap_daemon(daemon, "silent", beats=2) == 1
+    assert Instance.objects.get(pk=task.pk).status == Status.ACCEPTED

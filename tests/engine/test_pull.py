@@ -22,6 +22,7 @@ from atp.exceptions import (
     TaskTypeInUse,
 )
 from atp.invariants import check_queue
+from atp.liveness import Watch
 from atp.models import Daemon, Instance, LogRecord, Response, Task
 from atp.states import Status
 from tests.interleave import interleave
@@ -235,7 +236,7 @@ def test_the_daemons_maintenance_ends_expired_leases_and_leaves_live_ones(pull_t
     expire(leased[0])
     from atp.daemon import maintenance
 
-    assert maintenance.reap_stale_daemons(engine.register_daemon()) == 0
+    assert maintenance.reap_stale_daemons(engine.register_daemon(), Watch()) == 0
     assert maintenance.expire_pull_leases() == 1
     assert state(first) == (Status.ACCEPTED, 1, 1)
     assert state(second) == (Status.RUNNING, 1, 0)
@@ -249,7 +250,10 @@ def test_a_pull_consumer_is_never_reaped_as_a_silent_daemon(pull_type):
     from atp.daemon import maintenance
 
     me = engine.register_daemon()
-    assert maintenance.reap_stale_daemons(me) == 0
+    moments = iter([0.0, 1e6])  # a whole day of silence on the reaper's clock
+    watch = Watch(lambda: next(moments))
+    assert maintenance.reap_stale_daemons(me, watch) == 0
+    assert maintenance.reap_stale_daemons(me, watch) == 0
     assert maintenance.reap_gone_daemons_on_this_host(me) == 0
     assert state(task) == (Status.RUNNING, 1, 0)
     assert Daemon.objects.get(consumer="pull").stopped is None

@@ -72,6 +72,10 @@ else:
     }
 if os.environ.get("ATP_TEST_DB_NAME"):
     DATABASES["default"]["NAME"] = os.environ["ATP_TEST_DB_NAME"]
+# Sessions of a process a test started carry its name (see tests/pg_sessions.py).
+if DATABASE_URL and os.environ.get("ATP_TEST_APPLICATION_NAME"):
+    DATABASES["default"].setdefault("OPTIONS", {})["application_name"] = (
+        os.environ["ATP_TEST_APPLICATION_NAME"])
 
 # Daemons started by tests run on short timers, which the tests set in their environment.
 for _name in (

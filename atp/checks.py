@@ -1,71 +1,209 @@
-"""System checks for django-atp's settings, each with a stable id.
+"""System checks for django-atp, each with a stable id.
+
+Every ``ATP_*`` setting has one rule in ``SETTINGS`` (in ``atp/conf.py``'s order): its
+type, its range, and for numbers that they are finite. ``RELATIONS`` are the rules
+between settings, checked once each of their settings passed its own.
 
 atp.E001  ATP_HANDLER_MODULES is not a list of module names.
 atp.E002  ATP_SQLITE_WAL is not a boolean.
-atp.E003  ATP_TRANSACTION_RETRY_SECONDS is not a non-negative number.
+atp.E003  ATP_TRANSACTION_RETRY_SECONDS is not a number of seconds, 0 or more.
 atp.E004  ATP_PURGE_BATCH_SIZE is not a positive integer.
 atp.E005  The admin is installed without django_admin_listfilter_dropdown.
 atp.E006  A type declared with @task_type has a handler that may not run.
-atp.E007  A daemon timing setting is not a positive number of seconds.
+atp.E007  A daemon timing setting is not a number of seconds more than 0.
 atp.E008  ATP_DAEMON_TIMEOUT_SECONDS leaves no lease: it must exceed two heartbeat
           intervals plus the kill grace.
 atp.E009  ATP_TRACEBACK_MAX_CHARS is not a positive integer.
-atp.E010  ATP_PROGRESS_INTERVAL_SECONDS is not a non-negative number.
+atp.E010  ATP_PROGRESS_INTERVAL_SECONDS is not a number of seconds, 0 or more.
 atp.E011  USE_TZ is False: task times come from the database clock as aware datetimes.
 atp.E012  ATP_MAX_INPUT_BYTES or ATP_MAX_RESPONSE_BYTES is not a positive integer.
 atp.E013  ATP_PICKLE_ENABLED is not a boolean.
 atp.E014  A type declared with input_format="pickle" while ATP_PICKLE_ENABLED is off.
 atp.E015  ATP_ENGINE is neither "auto" nor "orm".
 atp.E016  ATP_PREPARED_STATEMENTS is not a boolean.
-atp.E022  ATP_SCHEDULE_GRACE_SECONDS is not a non-negative number.
-atp.E023  ATP_UNSEALED_BATCH_SECONDS is not a non-negative number.
+atp.E017  ATP_MAX_QUEUED_TOTAL is neither a positive integer nor None.
+atp.E022  ATP_SCHEDULE_GRACE_SECONDS is not a number of seconds, 0 or more.
+atp.E023  ATP_UNSEALED_BATCH_SECONDS is not a number of seconds, 0 or more.
+atp.W001  An SQLite database runs the project's transactions deferred (Django 5.1+).
 """
 
+import math
+from dataclasses import dataclass
+
+import django
 from django.apps import apps
 from django.conf import settings
-from django.core.checks import Error, Tags, register
+from django.core.checks import Error, Tags, Warning, register
 from django.core.exceptions import ImproperlyConfigured
+from django.db import connections
 
 from atp.conf import conf
 from atp.exceptions import InvalidHandler
 
+#: The most seconds a duration may be (about 31 years): far from where datetime
+#: arithmetic, the databases' intervals and the operating system's timers overflow.
+MAX_SECONDS = 10**9
+#: The largest count a setting may be: what every database's integer column holds.
+MAX_COUNT = 2**31 - 1
+
 
 def _is_number(value):
+    # True and False are ints to Python, never a number of seconds to a reader.
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class Flag:
+    """A setting that is True or False."""
+
+    id: str
+    requirement = "True or False"
+
+    def accepts(self, value):
+        return isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class OneOf:
+    """A setting that is one of a few strings."""
+
+    id: str
+    choices: tuple
+
+    @property
+    def requirement(self):
+        return " or ".join(f'"{choice}"' for choice in self.choices)
+
+    def accepts(self, value):
+        return isinstance(value, str) and value in self.choices
+
+
+@dataclass(frozen=True)
+class ModuleNames:
+    """A list (or tuple) of dotted module names."""
+
+    id: str
+    requirement = "a list of dotted module names, such as ['myproject.handlers']"
+
+    def accepts(self, value):
+        return isinstance(value, (list, tuple)) and all(
+            isinstance(name, str) and name and all(part.isidentifier() for part in name.split("."))
+            for name in value)
+
+
+@dataclass(frozen=True)
+class Seconds:
+    """A finite duration in seconds, more than 0 (or, where said, 0 too), at most MAX_SECONDS."""
+
+    id: str
+    zero_allowed: bool = False
+
+    @property
+    def requirement(self):
+        least = "0 or more" if self.zero_allowed else "more than 0"
+        return f"a finite number of seconds, {least} and at most {MAX_SECONDS}"
+
+    def accepts(self, value):
+        return (_is_number(value) and math.isfinite(value) and value <= MAX_SECONDS
+                and (value > 0 or (self.zero_allowed and value == 0)))
+
+
+@dataclass(frozen=True)
+class Count:
+    """A positive integer up to MAX_COUNT (or, where said, None: no limit)."""
+
+    id: str
+    none_allowed: bool = False
+
+    @property
+    def requirement(self):
+        return f"an integer from 1 to {MAX_COUNT}" + (", or None" if self.none_allowed else "")
+
+    def accepts(self, value):
+        if value is None:
+            return self.none_allowed
+        return isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_COUNT
+
+
+#: The rule of each ATP_* setting, in atp/conf.py's order (tests/test_checks.py holds
+#: every setting to have one).
+SETTINGS = {
+    "HANDLER_MODULES": ModuleNames("atp.E001"),
+    "PICKLE_ENABLED": Flag("atp.E013"),
+    "SQLITE_WAL": Flag("atp.E002"),
+    "ENGINE": OneOf("atp.E015", ("auto", "orm")),
+    "PREPARED_STATEMENTS": Flag("atp.E016"),
+    "TRANSACTION_RETRY_SECONDS": Seconds("atp.E003", zero_allowed=True),
+    "POLL_INTERVAL_SECONDS": Seconds("atp.E007"),
+    "HEARTBEAT_INTERVAL_SECONDS": Seconds("atp.E007"),
+    "DAEMON_TIMEOUT_SECONDS": Seconds("atp.E007"),
+    "WORKER_KILL_GRACE_SECONDS": Seconds("atp.E007"),
+    "SHUTDOWN_TIMEOUT_SECONDS": Seconds("atp.E007"),
+    "PROGRESS_INTERVAL_SECONDS": Seconds("atp.E010", zero_allowed=True),
+    "TRACEBACK_MAX_CHARS": Count("atp.E009"),
+    "DAEMON_RETENTION_SECONDS": Seconds("atp.E007"),
+    "MAX_INPUT_BYTES": Count("atp.E012"),
+    "MAX_RESPONSE_BYTES": Count("atp.E012"),
+    "PURGE_BATCH_SIZE": Count("atp.E004"),
+    "MAX_QUEUED_TOTAL": Count("atp.E017", none_allowed=True),
+    "SCHEDULE_GRACE_SECONDS": Seconds("atp.E022", zero_allowed=True),
+    "UNSEALED_BATCH_SECONDS": Seconds("atp.E023", zero_allowed=True),
+}
+
+
+def _lease_problem(timeout, heartbeat, grace):
+    # atp.daemon.lease: a daemon's lease is timeout - grace - heartbeat, renewed at
+    # every heartbeat; it must outlast one interval, or it runs out between two
+    # heartbeats that both succeed (and NaN here would make a lease that never ends).
+    needed = 2 * heartbeat + grace
+    if timeout > needed:
+        return None
+    return (f"ATP_DAEMON_TIMEOUT_SECONDS ({timeout:g}) must exceed two heartbeat intervals "
+            f"plus the kill grace ({needed:g}): a daemon's lease, the time-out less the kill "
+            "grace and one heartbeat interval, must outlast a heartbeat interval.",
+            "A daemon stops its tasks that long before others may restart them; "
+            "see docs/daemon.md.")
+
+
+@dataclass(frozen=True)
+class Relation:
+    """A rule between settings: ``problem(*values)`` returns None or (message, hint)."""
+
+    id: str
+    names: tuple
+    problem: object
+
+
+#: The rules between settings.
+RELATIONS = (
+    Relation("atp.E008", ("DAEMON_TIMEOUT_SECONDS", "HEARTBEAT_INTERVAL_SECONDS",
+                          "WORKER_KILL_GRACE_SECONDS"), _lease_problem),
+)
+
+
+def is_valid(name):
+    """Return whether setting ``ATP_<name>`` passes its own rule."""
+    return SETTINGS[name].accepts(getattr(conf, name))
+
+
+def _shown(value):
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 @register(Tags.compatibility)
 def check_settings(app_configs=None, **kwargs):
     errors = []
-    modules = conf.HANDLER_MODULES
-    if not isinstance(modules, (list, tuple)) or not all(isinstance(m, str) for m in modules):
-        errors.append(Error(
-            "ATP_HANDLER_MODULES must be a list of module names.",
-            hint="For example ATP_HANDLER_MODULES = ['myproject.handlers'].", id="atp.E001",
-        ))
-    if not isinstance(conf.PICKLE_ENABLED, bool):
-        errors.append(Error("ATP_PICKLE_ENABLED must be True or False.", id="atp.E013"))
-    if not isinstance(conf.SQLITE_WAL, bool):
-        errors.append(Error("ATP_SQLITE_WAL must be True or False.", id="atp.E002"))
-    if conf.ENGINE not in ("auto", "orm"):
-        errors.append(Error('ATP_ENGINE must be "auto" or "orm".', id="atp.E015"))
-    if not isinstance(conf.PREPARED_STATEMENTS, bool):
-        errors.append(Error("ATP_PREPARED_STATEMENTS must be True or False.", id="atp.E016"))
-    errors += _non_negative_seconds("TRANSACTION_RETRY_SECONDS", "atp.E003")
-    if not _is_positive_int(conf.PURGE_BATCH_SIZE):
-        errors.append(Error("ATP_PURGE_BATCH_SIZE must be a positive integer.", id="atp.E004"))
-    if conf.MAX_QUEUED_TOTAL is not None and not _is_positive_int(conf.MAX_QUEUED_TOTAL):
-        errors.append(Error("ATP_MAX_QUEUED_TOTAL must be a positive integer or None.",
-                            id="atp.E017"))
-    errors += _check_daemon_timing()
-    errors += _non_negative_seconds("PROGRESS_INTERVAL_SECONDS", "atp.E010")
-    errors += _non_negative_seconds("SCHEDULE_GRACE_SECONDS", "atp.E022")
-    errors += _non_negative_seconds("UNSEALED_BATCH_SECONDS", "atp.E023")
-    if not _is_positive_int(conf.TRACEBACK_MAX_CHARS):
-        errors.append(Error("ATP_TRACEBACK_MAX_CHARS must be a positive integer.", id="atp.E009"))
-    for name in ("MAX_INPUT_BYTES", "MAX_RESPONSE_BYTES"):
-        if not _is_positive_int(getattr(conf, name)):
-            errors.append(Error(f"ATP_{name} must be a positive integer (bytes).", id="atp.E012"))
+    for name, rule in SETTINGS.items():
+        value = getattr(conf, name)
+        if not rule.accepts(value):
+            errors.append(Error(
+                f"ATP_{name} must be {rule.requirement}, not {_shown(value)}.", id=rule.id))
+    for relation in RELATIONS:
+        if all(is_valid(name) for name in relation.names):
+            problem = relation.problem(*(getattr(conf, name) for name in relation.names))
+            if problem is not None:
+                errors.append(Error(problem[0], hint=problem[1], id=relation.id))
     if not settings.USE_TZ:
         errors.append(Error(
             "django-atp needs USE_TZ = True.",
@@ -76,41 +214,29 @@ def check_settings(app_configs=None, **kwargs):
     return errors
 
 
-def _non_negative_seconds(name, error_id):
-    value = getattr(conf, name)
-    if _is_number(value) and value >= 0:
-        return []
-    return [Error(f"ATP_{name} must be a non-negative number of seconds.", id=error_id)]
+@register(Tags.compatibility)
+def check_sqlite_transaction_mode(app_configs=None, **kwargs):
+    """Warn of SQLite databases whose transactions are deferred (Django 5.1+ has the option)."""
+    if django.VERSION < (5, 1):
+        return []  # docs/queue.md says what a block needs there
+    from atp.engine.engines import engine_of
 
-
-def _is_positive_int(value):
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
-
-
-DAEMON_TIMINGS = (
-    "POLL_INTERVAL_SECONDS", "HEARTBEAT_INTERVAL_SECONDS", "DAEMON_TIMEOUT_SECONDS",
-    "WORKER_KILL_GRACE_SECONDS", "SHUTDOWN_TIMEOUT_SECONDS", "DAEMON_RETENTION_SECONDS",
-)
-
-
-def _check_daemon_timing():
-    errors = [
-        Error(f"ATP_{name} must be a positive number of seconds.", id="atp.E007")
-        for name in DAEMON_TIMINGS
-        if not _is_number(getattr(conf, name)) or getattr(conf, name) <= 0
-    ]
-    if errors:
-        return errors
-    needed = 2 * conf.HEARTBEAT_INTERVAL_SECONDS + conf.WORKER_KILL_GRACE_SECONDS
-    if conf.DAEMON_TIMEOUT_SECONDS <= needed:
-        errors.append(Error(
-            f"ATP_DAEMON_TIMEOUT_SECONDS ({conf.DAEMON_TIMEOUT_SECONDS:g}) must exceed two "
-            f"heartbeat intervals plus the kill grace ({needed:g}).",
-            hint="A daemon stops its tasks that long before others may restart them; "
-            "see docs/daemon.md.",
-            id="atp.E008",
+    warnings = []
+    for alias in connections:
+        if not getattr(engine_of(alias), "NEEDS_IMMEDIATE_TRANSACTIONS", False):
+            continue
+        mode = connections[alias].settings_dict.get("OPTIONS", {}).get("transaction_mode")
+        if str(mode).upper() in ("IMMEDIATE", "EXCLUSIVE"):
+            continue
+        warnings.append(Warning(
+            f"SQLite database {alias!r} starts Django's transactions deferred: a "
+            "transaction.atomic() block that reads before it writes fails at once with "
+            '"database is locked" when another process (a daemon) wrote first.',
+            hint=f'Set DATABASES[{alias!r}]["OPTIONS"]["transaction_mode"] = "IMMEDIATE" '
+                 '(with a "timeout" such as 20); see docs/queue.md.',
+            id="atp.W001",
         ))
-    return errors
+    return warnings
 
 
 @register(Tags.admin)
@@ -130,7 +256,7 @@ def check_admin_dependencies(app_configs=None, **kwargs):
 def check_declared_handlers(app_configs=None, **kwargs):
     from atp import registry
 
-    if not isinstance(conf.HANDLER_MODULES, (list, tuple)):
+    if not is_valid("HANDLER_MODULES"):
         return []  # atp.E001 already reports it
     errors = []
     for declaration in registry.declarations().values():

@@ -80,8 +80,16 @@ def declarations():
 def autodiscover():
     """Import every installed app's ``tasks`` module and ``ATP_HANDLER_MODULES``."""
     autodiscover_modules(AUTODISCOVER_MODULE)
-    for module_name in conf.HANDLER_MODULES:
+    for module_name in handler_modules():
         importlib.import_module(module_name)
+
+
+def handler_modules():
+    """Return ``ATP_HANDLER_MODULES``; none while it is not a list of module names (a
+    string would name modules "t", "e"...; ``manage.py check`` says what is wrong)."""
+    from atp.checks import is_valid
+
+    return list(conf.HANDLER_MODULES) if is_valid("HANDLER_MODULES") else []
 
 
 # -- handlers ------------------------------------------------------------------------
@@ -113,7 +121,7 @@ def register_handler(func):
 def is_allowed_module(module_name):
     """Return whether functions of ``module_name`` may be handlers."""
     prefixes = [config.name for config in apps.get_app_configs()]
-    prefixes += list(conf.HANDLER_MODULES)
+    prefixes += handler_modules()
     return any(module_name == p or module_name.startswith(p + ".") for p in prefixes)
 
 

@@ -7,7 +7,7 @@ either returns or waits for a lock that ``first`` holds, and only then lets ``fi
 go on. So the order of the two transactions' statements is the same at every run:
 no sleeps, no luck.
 
-On PostgreSQL "waits for a lock" is read from ``pg_stat_activity``. SQLite has one
+On PostgreSQL "waits for a lock" is read from ``pg_stat_activity`` (``tests.pg_sessions``). SQLite has one
 writer at a time: once ``first`` is paused inside its write transaction, ``second``
 cannot write before ``first`` commits, so ``first`` is let go as soon as ``second``
 has started.
@@ -19,6 +19,8 @@ import time
 from dataclasses import dataclass
 
 from django.db import connection, connections
+
+from tests import pg_sessions
 
 TIMEOUT_SECONDS = 20
 POLL_SECONDS = 0.01
@@ -119,9 +121,4 @@ def _wait_until_done_or_blocked(thread):
 
 def is_waiting_for_lock(backend_pid):
     """Return whether the PostgreSQL backend ``backend_pid`` waits for a lock right now."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", [backend_pid]
-        )
-        row = cursor.fetchone()
-    return row is not None and row[0] == "Lock"
+    return pg_sessions.wait_event_type(backend_pid) == "Lock"

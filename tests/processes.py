@@ -8,6 +8,8 @@ from pathlib import Path
 
 from django.db import connection
 
+from tests.pg_sessions import new_application_name
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -51,16 +53,20 @@ FAST_TIMERS = {
 class Daemon:
     """An ``atpd`` started as a real process, its output kept in a file.
 
-    With ``hostname`` it runs in a UTS namespace of its own under that host name, as
-    on another host (``unshare``, as root); with ``own_pid_namespace`` also in a PID
-    namespace of its own, as in a container of its own.
+    Its PostgreSQL sessions (its workers' too) carry its ``application_name``
+    (``tests.pg_sessions``). With ``hostname`` it runs in a UTS namespace of its own
+    under that host name, as on another host (``unshare``, as root); with
+    ``own_pid_namespace`` also in a PID namespace of its own, as in a container of its
+    own.
     """
 
     def __init__(self, directory, *args, hostname=None, own_pid_namespace=False, **settings):
         self.log_path = Path(directory) / f"atpd-{time.monotonic_ns()}.log"
         self.log = open(self.log_path, "w")
         settings = {**FAST_TIMERS, **settings}
-        env = environment(**{name: str(value) for name, value in settings.items()})
+        self.application_name = new_application_name()
+        env = environment(ATP_TEST_APPLICATION_NAME=self.application_name,
+                          **{name: str(value) for name, value in settings.items()})
         command = [sys.executable, "-m", "django", "atpd", "--log-level", "DEBUG", *map(str, args)]
         # unshare forks the daemon only into a PID namespace of its own.
         self.has_launcher = hostname is not None and own_pid_namespace

@@ -1,10 +1,15 @@
 """``atpd --reload``: run atpd in a child process and restart it gracefully when code changes.
 
 For development. A daemon runs the code it loaded when it started (``catalog``); this
-parent process watches the project's Python files and, when one changes or a new one
-appears, sends the running daemon SIGTERM (its running tasks finish, up to its
-shutdown timeout, or go back to the queue) and starts a new one. SIGTERM or SIGINT
-to the parent is passed on to the daemon, and the parent exits with it.
+parent process reads the project's Python files every second and, when one changes or
+a new one appears, sends the running daemon SIGTERM (its running tasks finish, up to
+its shutdown timeout, or go back to the queue) and starts a new one. A daemon that
+fails (a syntax error in the code just saved) is started again at the next change.
+SIGTERM or SIGINT to the parent is passed on to the daemon, and the parent exits with it.
+
+The files are compared here rather than by Django's autoreloader, whose ``StatReloader``
+ignores a file that appears (a new ``tasks.py``) and restarts by exiting the process
+that watches, where atpd must be stopped gracefully in a process of its own.
 """
 
 import logging
@@ -19,7 +24,10 @@ from django.utils import autoreload
 
 logger = logging.getLogger(__name__)
 
+#: How often the project's files are read for changes.
 POLL_SECONDS = 1.0
+#: How often the parent looks at its daemon and at signals to pass on.
+TICK_SECONDS = 0.1
 RELOAD_OPTION = "--reload"
 
 
@@ -36,8 +44,18 @@ def run_with_reload():
         # SIGTERM on and so lets running tasks finish.
         child = subprocess.Popen(command, start_new_session=True)
         changed = _watch(child, snapshot, stop_requests)
-        if changed is None:
-            return child.returncode
+        if changed is None:  # the daemon exited
+            if stop_requests or child.returncode == 0:
+                return child.returncode
+            # It failed (a syntax error in a module, a failed check...) and said why:
+            # the developer fixes the code, and the new code gets a new daemon.
+            logger.error("atpd exited with code %s: it starts again when the code changes",
+                         child.returncode)
+            changed = _watch(None, snapshot, stop_requests)
+            if changed is None:
+                return child.returncode
+            logger.warning("code changed (%s): starting atpd", changed)
+            continue
         logger.warning("code changed (%s): restarting atpd", changed)
         child.send_signal(signal.SIGTERM)
         _wait(child, stop_requests)
@@ -46,18 +64,23 @@ def run_with_reload():
 
 
 def _watch(child, snapshot, stop_requests):
-    """Return the first changed file, or None once the child exited (passing signals on)."""
+    """Return the first file changed since ``snapshot``, or None once ``child`` exited
+    (or, without a child, once a stop is requested); signals go on to the child."""
     passed_on = 0
-    while child.poll() is None:
+    next_read = time.monotonic() + POLL_SECONDS
+    while child is None or child.poll() is None:
         if len(stop_requests) > passed_on:
+            if child is None:
+                return None
             child.send_signal(signal.SIGTERM)
             passed_on = len(stop_requests)
-        time.sleep(POLL_SECONDS / 4)
-        if passed_on:
-            continue  # stopping: no restart
+        time.sleep(TICK_SECONDS)
+        if passed_on or time.monotonic() < next_read:
+            continue  # stopping (no restart), or not yet time to read the files
         changed = _first_change(snapshot)
         if changed is not None:
             return changed
+        next_read = time.monotonic() + POLL_SECONDS
     return None
 
 

@@ -1,6 +1,7 @@
 """The engine of the queue's database: hand-written SQL for the verbs every task goes
 through, one module per database (``postgresql``, ``sqlite``), chosen once from the
-connection's vendor.
+connection's vendor. Each module also says, by flags, what differs on its database
+(``ONE_STATEMENT``, ``NEEDS_IMMEDIATE_TRANSACTIONS``).
 
 An engine implements the verbs of the hot path: ``claim`` (within the types'
 concurrency limits), ``settle_and_claim``, ``settle``, ``start``, ``finish``,
@@ -17,7 +18,16 @@ from atp.conf import conf
 from atp.engine import postgresql, sqlite
 from atp.engine.base import database
 
+#: The engine written for each database vendor.
+BY_VENDOR = {"postgresql": postgresql, "sqlite": sqlite}
+
 _chosen = {}
+
+
+def engine_of(alias):
+    """Return the engine module written for database ``alias``, whether the verbs use it
+    or not (``ATP_ENGINE``, the database's version), or None: none is."""
+    return BY_VENDOR.get(connections[alias].vendor)
 
 
 def engine():
@@ -27,9 +37,8 @@ def engine():
     if key not in _chosen:
         if conf.ENGINE not in ("auto", "orm"):
             raise ImproperlyConfigured(f'ATP_ENGINE is "auto" or "orm", not {conf.ENGINE!r}')
-        vendor = connections[alias].vendor
-        _chosen[key] = None if conf.ENGINE == "orm" else {
-            "postgresql": postgresql,
-            "sqlite": sqlite if sqlite.IS_SUPPORTED else None,
-        }.get(vendor)
+        written = engine_of(alias)
+        if conf.ENGINE == "orm" or (written is sqlite and not sqlite.IS_SUPPORTED):
+            written = None
+        _chosen[key] = written
     return _chosen[key]

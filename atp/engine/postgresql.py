@@ -47,6 +47,9 @@ DAEMON = Daemon._meta.db_table
 #: An engine whose verbs are one statement each: they run in autocommit mode (one round
 #: trip), or in a savepoint of the caller's transaction.
 ONE_STATEMENT = True
+#: Whether a project's own transactions should take the write lock when they begin
+#: (see the SQLite engine): not here, where rows are locked one by one.
+NEEDS_IMMEDIATE_TRANSACTIONS = False
 
 # The types the claim may take: those of ``%(types)s`` not paused. The order of locks
 # is the one of ``atp.engine.locks``: the daemon's row (KEY SHARE, which the leases'

@@ -51,6 +51,10 @@ from atp.states import Status, sources_of
 IS_SUPPORTED = sqlite3.sqlite_version_info >= (3, 35)
 #: Its verbs are several statements: they run in an immediate transaction.
 ONE_STATEMENT = False
+#: Whether a project's own transactions should take the write lock when they begin
+#: (``OPTIONS["transaction_mode"]``, atp.W001): a deferred one that read first cannot
+#: wait for the lock when it comes to write, and fails with "database is locked".
+NEEDS_IMMEDIATE_TRANSACTIONS = True
 
 DAEMON = Daemon._meta.db_table
 

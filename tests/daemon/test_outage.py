@@ -10,6 +10,7 @@ import atp
 from atp.daemon.outage import Backoff, retry_while_unreachable
 from atp.models import Instance
 from atp.states import Status
+from tests import pg_sessions
 from tests.processes import wait_until
 
 
@@ -34,39 +35,18 @@ def test_retries_last_while_the_database_is_unreachable_and_stop_at_other_errors
         retry_while_unreachable(lambda: 1 / 0, "a bug")
 
 
-def backend_pid():
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_backend_pid()")
-        return cursor.fetchone()[0]
-
-
-def terminate_other_sessions(keep=()):
-    """Terminate the daemons' sessions: all but this thread's and those in ``keep``."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-            "WHERE datname = current_database() AND pid <> pg_backend_pid() "
-            "AND NOT pid = ANY(%s)", [list(keep)],
-        )
-        return cursor.fetchone()[0]
-
-
 @contextmanager
-def database_refusing_connections(seconds):
+def database_refusing_connections(seconds, daemons):
     """Refuse new connections to the test database and drop the daemons' ones, for a while."""
     import psycopg
 
     settings = connection.settings_dict
-    keep = backend_pid()
     admin = psycopg.connect(host=settings["HOST"], port=settings["PORT"] or 5432,
                             user=settings["USER"], dbname="postgres", autocommit=True)
     name = settings["NAME"]
     try:
         admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
-        admin.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-            "WHERE datname = %s AND pid <> %s", [name, keep],
-        )
+        pg_sessions.terminate(daemons, database=name, cursor=admin.cursor())
         time.sleep(seconds)
     finally:
         admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
@@ -85,12 +65,11 @@ def test_killed_connections_do_not_stop_the_daemon_or_lose_a_task(postgres_only,
     tasks = atp.enqueue_many("tests.sleep", [{"seconds": 0.05, "progress": True}] * 300)
     daemon = start_daemon("--workers", 3)
     stop = threading.Event()
-    test_session = backend_pid()
 
     def keep_killing():
         try:
             while not stop.wait(0.7):
-                terminate_other_sessions(keep=[test_session])
+                pg_sessions.terminate([daemon])
         finally:
             connection.close()
 
@@ -119,7 +98,7 @@ def test_a_database_outage_is_ridden_out_by_running_tasks(postgres_only, start_d
                           ATP_HEARTBEAT_INTERVAL_SECONDS=0.5)
     wait_until(lambda: Instance.objects.filter(status=Status.RUNNING).count() == 2,
                timeout=30, message="two tasks running")
-    with database_refusing_connections(seconds=4):
+    with database_refusing_connections(4, [daemon]):
         pass
     wait_until(lambda: finished_count() == 6, timeout=60, message="all tasks finished",
                output=daemon.output)
@@ -141,7 +120,7 @@ def test_an_outage_neither_spins_the_supervisor_nor_churns_workers(postgres_only
     wait_until(lambda: "started: 3 workers" in daemon.output(), timeout=30, message="started")
     supervisor = psutil.Process(daemon.pid)
     before = supervisor.cpu_times()
-    with database_refusing_connections(seconds=6):
+    with database_refusing_connections(6, [daemon]):
         pass
     used = sum(supervisor.cpu_times()[:2]) - sum(before[:2])
     assert used < 1.5, f"the supervisor used {used:.1f} s of CPU in a 6 s outage"

@@ -4,11 +4,15 @@ import pytest
 from django.db import transaction
 
 import atp
+from atp.engine.notify import QUEUE_CHANNEL
 from atp.models import Instance
 from atp.states import Status
+from tests import pg_sessions
 from tests.processes import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+LISTEN = f"LISTEN {QUEUE_CHANNEL}"
 
 
 def test_an_idle_daemon_is_woken_by_a_committed_enqueue(start_daemon):
@@ -28,26 +32,18 @@ def test_an_idle_daemon_is_woken_by_a_committed_enqueue(start_daemon):
 
 
 def test_a_lost_listen_connection_means_polling_until_it_is_back(postgres_only, start_daemon):
-    from django.db import connection
-
     atp.register_task_type("tests.echo", "tests.handlers.echo")
     daemon = start_daemon("--workers", 1, "--poll-interval", 60)
-    wait_until(lambda: "LISTEN" in _listening(connection), timeout=30, message="listening")
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                       "WHERE query = 'LISTEN atp_queue'")
+    wait_until(lambda: LISTEN in pg_sessions.queries([daemon]), timeout=30,
+               message="listening", output=daemon.output)
+    assert pg_sessions.terminate([daemon], query=LISTEN) == 1
     wait_until(lambda: "lost the LISTEN connection" in daemon.output(), timeout=30,
                message="the loss noticed", output=daemon.output)
-    wait_until(lambda: "LISTEN" in _listening(connection), timeout=30, message="listening again")
+    wait_until(lambda: LISTEN in pg_sessions.queries([daemon]), timeout=30,
+               message="listening again", output=daemon.output)
     task = atp.enqueue("tests.echo")
     wait_until(lambda: Instance.objects.get(pk=task.pk).status == Status.FINISHED,
                timeout=10, message="notified task finished", output=daemon.output)
     assert daemon.process.poll() is None
     daemon.signal(signal.SIGTERM)
     assert daemon.wait(30) == 0, daemon.output()
-
-
-def _listening(connection):
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT query FROM pg_stat_activity WHERE query = 'LISTEN atp_queue'")
-        return " ".join(row[0] for row in cursor.fetchall())

@@ -29,3 +29,17 @@ def test_unknown_types_are_refused_before_anything_runs():
     with pytest.raises(CommandError, match="no task type 'tests.nope' is registered"):
         call_command("atpd", "--types", "tests.nope", "--burst")
     assert not Daemon.objects.exists()
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("reload", [[], ["--reload"]], ids=["atpd", "atpd --reload"])
+def test_atpd_refuses_to_start_on_settings_that_fail_the_checks(start_daemon, reload):
+    # A NaN heartbeat once passed: the daemon's lease never ran out, and its tasks ran
+    # twice at once.
+    daemon = start_daemon(*reload, ATP_HEARTBEAT_INTERVAL_SECONDS="nan")
+    assert daemon.wait(60) == 1, daemon.output()
+    said = daemon.output()
+    assert "SystemCheckError" in said
+    assert "(atp.E007) ATP_HEARTBEAT_INTERVAL_SECONDS must be a finite number" in said
+    assert not Daemon.objects.exists()

@@ -44,6 +44,9 @@ def type_list(text):
 
 
 class Command(BaseCommand):
+    # Django's default, said out loud: a daemon started on settings that break its
+    # guarantees (a NaN heartbeat makes a lease that never ends) would run tasks twice.
+    requires_system_checks = "__all__"
     help = (
         "Run atpd, the Asynchronous Task Processing Daemon: claim queued tasks and run "
         "them in a pool of worker processes until SIGTERM or SIGINT."

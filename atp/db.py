@@ -135,7 +135,7 @@ def take_write_lock(alias):
     it writes (the task type, the task's row) would make the caller's block fail;
     taking the lock with a write that changes nothing before reading lets it wait its
     turn like any writer. A block that read before it called the verb is past saving:
-    it needs the project's ``transaction_mode`` (a system check warns without it).
+    it needs the project's ``transaction_mode`` (``atp.W001`` warns without it).
     """
     connection = connections[alias]
     if (connection.vendor != "sqlite" or not connection.in_atomic_block

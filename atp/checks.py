@@ -24,6 +24,7 @@ atp.E016  ATP_PREPARED_STATEMENTS is not a boolean.
 atp.E017  ATP_MAX_QUEUED_TOTAL is neither a positive integer nor None.
 atp.E022  ATP_SCHEDULE_GRACE_SECONDS is not a number of seconds, 0 or more.
 atp.E023  ATP_UNSEALED_BATCH_SECONDS is not a number of seconds, 0 or more.
+atp.E024  ATP_UNSEALED_BATCH_SECONDS does not exceed two heartbeat intervals.
 atp.W001  An SQLite database runs the project's transactions deferred (Django 5.1+).
 """
 
@@ -147,7 +148,7 @@ SETTINGS = {
     "PURGE_BATCH_SIZE": Count("atp.E004"),
     "MAX_QUEUED_TOTAL": Count("atp.E017", none_allowed=True),
     "SCHEDULE_GRACE_SECONDS": Seconds("atp.E022", zero_allowed=True),
-    "UNSEALED_BATCH_SECONDS": Seconds("atp.E023", zero_allowed=True),
+    "UNSEALED_BATCH_SECONDS": Seconds("atp.E023"),
 }
 
 
@@ -165,6 +166,17 @@ def _lease_problem(timeout, heartbeat, grace):
             "see docs/daemon.md.")
 
 
+def _pulse_problem(unsealed, heartbeat):
+    # atp.engine.batches: a running block's pulse beats every heartbeat interval; the
+    # daemons seal a batch whose pulse they saw stand still this long.
+    if unsealed > 2 * heartbeat:
+        return None
+    return (f"ATP_UNSEALED_BATCH_SECONDS ({unsealed:g}) must exceed two heartbeat intervals "
+            f"({2 * heartbeat:g}): a batch block's process shows it lives once an interval, "
+            "and the daemons would seal batches whose block still runs.",
+            "See docs/queue-features.md#batches.")
+
+
 @dataclass(frozen=True)
 class Relation:
     """A rule between settings: ``problem(*values)`` returns None or (message, hint)."""
@@ -178,6 +190,8 @@ class Relation:
 RELATIONS = (
     Relation("atp.E008", ("DAEMON_TIMEOUT_SECONDS", "HEARTBEAT_INTERVAL_SECONDS",
                           "WORKER_KILL_GRACE_SECONDS"), _lease_problem),
+    Relation("atp.E024", ("UNSEALED_BATCH_SECONDS", "HEARTBEAT_INTERVAL_SECONDS"),
+             _pulse_problem),
 )
 
 

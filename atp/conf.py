@@ -114,8 +114,9 @@ class AtpSettings:
 
     @property
     def UNSEALED_BATCH_SECONDS(self):
-        """How long after its creation a batch whose block never ended (its process was
-        killed inside it) is sealed by the daemons, so that it can complete."""
+        """How long the daemons wait, after the process running a batch's block last showed
+        it lives, before they seal the batch (its process died in the block), so that it
+        can complete."""
         return getattr(settings, "ATP_UNSEALED_BATCH_SECONDS", 3600.0)
 
 

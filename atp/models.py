@@ -574,6 +574,11 @@ class Batch(models.Model):
     sealed = models.DateTimeField(
         null=True, blank=True, help_text="When its last member was enqueued (its block ended).",
     )
+    # While its block runs, its process advances this counter (atp.liveness.Pulse); the
+    # daemons seal as forgotten only a batch whose counter they saw stand still.
+    beats = models.PositiveBigIntegerField(
+        default=0, help_text="Signs of life of the process running its block.",
+    )
     completed = models.DateTimeField(
         null=True, blank=True, help_text="When its on-complete task was enqueued.",
     )

@@ -59,7 +59,7 @@ KINDS = {
     "PURGE_BATCH_SIZE": ("count", "atp.E004"),
     "MAX_QUEUED_TOTAL": ("count or None", "atp.E017"),
     "SCHEDULE_GRACE_SECONDS": ("seconds or 0", "atp.E022"),
-    "UNSEALED_BATCH_SECONDS": ("seconds or 0", "atp.E023"),
+    "UNSEALED_BATCH_SECONDS": ("seconds", "atp.E023"),
 }
 
 #: What no number setting takes: not finite, negative, text, a bool (an int to Python!).
@@ -135,12 +135,13 @@ def test_the_rules_follow_conf_and_the_docs_name_their_ids():
          "WORKER_KILL_GRACE_SECONDS": 3},  # a lease of exactly one interval
         {"DAEMON_TIMEOUT_SECONDS": 2, "HEARTBEAT_INTERVAL_SECONDS": 0.2,
          "WORKER_KILL_GRACE_SECONDS": 1.7},
+        # (Batch blocks then have no time to show they live either: atp.E024 as well.)
         {"HEARTBEAT_INTERVAL_SECONDS": MAX_SECONDS},
     ],
 )
 def test_a_daemon_timeout_that_leaves_no_lease_is_refused(timings):
     with override_settings(**{f"ATP_{name}": value for name, value in timings.items()}):
-        errors = check_settings()
+        errors = [error for error in check_settings() if error.id != "atp.E024"]
     assert ids(errors) == ["atp.E008"]
     assert "lease" in errors[0].msg
 
@@ -151,6 +152,16 @@ def test_the_relation_waits_for_its_settings_to_be_valid():
                     {"WORKER_KILL_GRACE_SECONDS": -INF}):
         with override_settings(**{f"ATP_{name}": value for name, value in timings.items()}):
             assert ids(check_settings()) == ["atp.E007"]
+
+
+@pytest.mark.parametrize("unsealed, heartbeat", [(10, 5), (1, 5), (0.4, 0.2)])
+def test_a_batch_block_must_have_time_to_show_it_lives(unsealed, heartbeat):
+    with override_settings(ATP_UNSEALED_BATCH_SECONDS=unsealed,
+                           ATP_HEARTBEAT_INTERVAL_SECONDS=heartbeat,
+                           ATP_DAEMON_TIMEOUT_SECONDS=30 * heartbeat):
+        errors = check_settings()
+    assert ids(errors) == ["atp.E024"]
+    assert "heartbeat" in errors[0].msg
 
 
 def test_test_timers_leave_a_lease():

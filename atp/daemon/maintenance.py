@@ -102,10 +102,12 @@ def complete_batches():
     return len(batches.complete_due())
 
 
-def tend_batches():
-    """Seal the batches whose block never ended, and delete completed ones nothing is
-    left of; return how many of each."""
-    return batches.seal_forgotten(), batches.purge_completed()
+def tend_batches(watch):
+    """Seal the batches whose block's process ``watch`` (an ``atp.liveness.Watch`` this
+    daemon keeps) saw fall silent for ``ATP_UNSEALED_BATCH_SECONDS``, and delete
+    completed ones nothing is left of; return how many of each."""
+    silent = watch.silent(batches.open_batches(), conf.UNSEALED_BATCH_SECONDS)
+    return batches.seal_forgotten(silent), batches.purge_completed()
 
 
 def expire_pull_leases():

@@ -127,8 +127,10 @@ class Supervisor:
         # so that the ends of the short tasks it gave out are written first.
         self.due_lookup_at = None
         self.maintenance = Every(conf.HEARTBEAT_INTERVAL_SECONDS)
-        # Other daemons' heartbeat counters, as seen on this one's monotonic clock.
+        # Other daemons' heartbeat counters, and the pulses of open batches' blocks, as
+        # seen on this one's monotonic clock.
         self.neighbours = Watch()
+        self.batch_blocks = Watch()
         # Schedules (periodic tasks) are looked at every poll, and at the due time of
         # the first when it comes before the next poll (monotonic; None: not that soon).
         self.schedules = Every(config.poll_interval)
@@ -397,7 +399,7 @@ class Supervisor:
             maintenance.reap_stale_daemons(self.daemon, self.neighbours)
             self._duty("expiring pull leases", maintenance.expire_pull_leases)
             self._duty("purging ended tasks and tombstones", maintenance.purge_expired)
-            self._duty("tending batches", maintenance.tend_batches)
+            self._duty("tending batches", lambda: maintenance.tend_batches(self.batch_blocks))
             maintenance.prune_stopped_daemons()
             maintenance.tend_queue_table()
             self.maintenance.done(now)

@@ -9,6 +9,11 @@ Every task enqueued inside the block (``enqueue``, ``enqueue_many``, ``defer``,
 sealed and none of its members is live (all FINISHED, FAILED or CANCELLED), a daemon
 enqueues the on-complete task with the counts.
 
+A block may run for hours: while it runs, a thread of its process advances the
+batch's ``beats`` every heartbeat interval (``atp.liveness.Pulse``). The daemons seal
+a batch whose block never ended only once they saw that counter stand still for
+``ATP_UNSEALED_BATCH_SECONDS`` on their own clock: its process died in the block.
+
 Exactly once, across daemons: every daemon looks for such batches (``complete_due``),
 and completes each in a transaction that locks the batch's row, checks again that no
 member lives and that it is not completed, enqueues the on-complete task and marks the
@@ -21,22 +26,22 @@ the batch completed (it runs; the batch does not complete again).
 
 import contextlib
 import contextvars
-import datetime
 import logging
 import weakref
 
 import django
 from django.db import connections, transaction
-from django.db.models import Count, Exists, OuterRef
+from django.db.models import Count, Exists, F, OuterRef
 from django.db.models.functions import Now
 
 from atp import registry
 from atp.conf import conf
-from atp.db import database_now
+from atp.db import database_now, run_once
 from atp.engine.base import database, queue_write
 from atp.engine.locks import for_update
 from atp.engine.types import get_type
 from atp.exceptions import AtpError, InvalidParameter, TaskAlreadyExists
+from atp.liveness import Pulse
 from atp.models import Batch, Instance
 from atp.serialization import dump_json, load_json
 from atp.states import LIVE, Status
@@ -74,12 +79,30 @@ def batch(on_complete, *, inputs=None, name="", type=None):
         raise InvalidParameter("batches do not nest: this block is inside another batch")
     fields = _clean(on_complete, inputs, name, type)
     created = Batch.objects.create(created=database_now(database()), **fields)
+    pulse = _pulse(created)
     token = _current.set(created)
     try:
         yield created
     finally:
         _current.reset(token)
+        if pulse is not None:
+            pulse.stop()
         _seal(created)
+
+
+def _pulse(made):
+    """Start showing the daemons that the block of the batch ``made`` still runs; return
+    the ``Pulse``, or None when the batch was made in a transaction: the daemons see it
+    only once that commits, when the block has ended (sealed with it, or at the commit)."""
+    if connections[database()].in_atomic_block:
+        return None
+    return Pulse(lambda: _beat(made.pk), conf.HEARTBEAT_INTERVAL_SECONDS,
+                 name=f"atp batch #{made.pk}").start()
+
+
+def _beat(pk):
+    run_once(lambda: Batch.objects.filter(pk=pk, sealed__isnull=True)
+             .update(beats=F("beats") + 1), database())
 
 
 def _seal(made):
@@ -87,8 +110,8 @@ def _seal(made):
     called ``enqueue_on_commit`` in a transaction, once it commits, after the members
     enqueued then (on-commit callbacks run in order). Also when the block raised: what it enqueued is
     queued (unless the transaction rolls back, and the batch with it). A batch left
-    unsealed (its process died in the block) is sealed by the daemons later
-    (``seal_forgotten``)."""
+    unsealed (its process died in the block) is sealed by the daemons once its pulse
+    stopped (``seal_forgotten``)."""
     connection = connections[database()]
     if connection.needs_rollback:
         return  # the transaction is lost, the batch with it: nothing to seal
@@ -149,17 +172,23 @@ def _seal_skipped(connection):
                          ", ".join(f"#{pk}" for pk in awaiting))
 
 
-def seal_forgotten():
-    """Seal the batches created longer than ``ATP_UNSEALED_BATCH_SECONDS`` ago whose block
-    never ended (its process was killed in it); return how many."""
-    cutoff = Now() - datetime.timedelta(seconds=conf.UNSEALED_BATCH_SECONDS)
-    forgotten = list(Batch.objects.filter(sealed__isnull=True, created__lt=cutoff)
-                     .values_list("pk", flat=True)[:1000])
-    if forgotten:
-        logger.warning("sealing %s batch(es) whose block never ended: %s", len(forgotten),
-                       ", ".join(f"#{pk}" for pk in forgotten))
-        Batch.objects.filter(pk__in=forgotten, sealed__isnull=True).update(sealed=Now())
-    return len(forgotten)
+def open_batches(limit=1000):
+    """Return ``{key: beats}`` of the batches not sealed yet (their block runs, or its
+    process died in it), the oldest first, at most ``limit``."""
+    return dict(Batch.objects.filter(sealed__isnull=True).order_by("pk")
+                .values_list("pk", "beats")[:limit])
+
+
+def seal_forgotten(silent):
+    """Seal the batches ``silent`` (``{key: beats}``: their block's pulse was seen to stand
+    still at that count for ``ATP_UNSEALED_BATCH_SECONDS``; see ``atp.liveness``) unless
+    it moved since; return how many."""
+    sealed = [pk for pk, beats in silent.items()
+              if Batch.objects.filter(pk=pk, sealed__isnull=True, beats=beats).update(sealed=Now())]
+    if sealed:
+        logger.warning("sealed %s batch(es) whose block never ended (its process fell silent): %s",
+                       len(sealed), ", ".join(f"#{pk}" for pk in sealed))
+    return len(sealed)
 
 
 def purge_completed(batch_size=1000):

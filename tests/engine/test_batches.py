@@ -1,14 +1,21 @@
 """Batches: members enqueued in ``atp.batch``, one on-complete task once all ended."""
 
-import datetime
+import time
 
 import pytest
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 import atp
 from atp import engine
-from atp.engine.batches import complete_due, progress, purge_completed, seal_forgotten
+from atp.engine.batches import (
+    complete_due,
+    open_batches,
+    progress,
+    purge_completed,
+    seal_forgotten,
+)
 from atp.exceptions import (
     InputsNotSerializable,
     InvalidHandler,
@@ -16,11 +23,13 @@ from atp.exceptions import (
     TaskAlreadyExists,
     TaskTypeNotFound,
 )
+from atp.liveness import Watch
 from atp.models import Batch, Instance, LogRecord
 from atp.serialization import load_json
 from atp.states import Status
 from tests.factories import drive
 from tests.interleave import interleave
+from tests.processes import wait_until
 
 pytestmark = pytest.mark.django_db
 
@@ -211,13 +220,48 @@ def test_members_enqueued_on_commit_are_all_in_before_the_batch_can_complete(
     assert load_json(completions()[0].inputs.data)["total"] == 2
 
 
-def test_a_batch_whose_block_never_ended_is_sealed_by_the_daemons(noop_type, done_type):
-    forgotten = Batch.objects.create(on_complete="tests.done", created=timezone.now()
-                                     - datetime.timedelta(hours=2))
-    recent = Batch.objects.create(on_complete="tests.done", created=timezone.now())
-    assert seal_forgotten() == 1
+def test_a_batch_whose_block_fell_silent_is_sealed_by_the_daemons(noop_type, done_type):
+    forgotten = Batch.objects.create(on_complete="tests.done", created=timezone.now())
+    running = Batch.objects.create(on_complete="tests.done", created=timezone.now())
+    moments = iter([0.0, 1800.0, 3600.0])
+    watch = Watch(lambda: next(moments))
+    assert seal_forgotten(watch.silent(open_batches(), 3600)) == 0  # first seen
+    Batch.objects.filter(pk=running.pk).update(beats=F("beats") + 1)  # its block's pulse
+    assert seal_forgotten(watch.silent(open_batches(), 3600)) == 0
+    assert seal_forgotten(watch.silent(open_batches(), 3600)) == 1
     assert complete_due() == [forgotten.pk]
-    assert not Batch.objects.get(pk=recent.pk).sealed
+    assert not Batch.objects.get(pk=running.pk).sealed
+
+
+def test_a_batch_whose_pulse_moved_since_it_was_judged_silent_stays_open(noop_type, done_type):
+    batch = Batch.objects.create(on_complete="tests.done", created=timezone.now())
+    judged = open_batches()  # {key: beats} as the daemon saw it stand still
+    Batch.objects.filter(pk=batch.pk).update(beats=F("beats") + 1)
+    assert seal_forgotten(judged) == 0
+    assert not Batch.objects.get(pk=batch.pk).sealed
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_block_outside_a_transaction_shows_its_batch_alive_until_it_ends(noop_type, done_type,
+                                                                         settings):
+    settings.ATP_HEARTBEAT_INTERVAL_SECONDS = 0.05
+    with atp.batch("tests.done") as batch:
+        wait_until(lambda: Batch.objects.get(pk=batch.pk).beats >= 2, timeout=10,
+                   message="two beats of the block's pulse")
+    beats = Batch.objects.get(pk=batch.pk).beats
+    time.sleep(0.2)
+    assert Batch.objects.get(pk=batch.pk).beats == beats, "the pulse outlived the block"
+
+
+def test_a_block_inside_a_transaction_has_no_pulse(noop_type, done_type, settings):
+    """Its batch is seen by the daemons only once the transaction commits, when the block
+    has ended: there is nothing to show alive, and a thread could not see the row."""
+    import threading
+
+    settings.ATP_HEARTBEAT_INTERVAL_SECONDS = 0.05
+    before = threading.active_count()
+    with atp.batch("tests.done"):
+        assert threading.active_count() == before
 
 
 def test_completed_batches_go_once_nothing_is_left_of_them(noop_type, done_type):

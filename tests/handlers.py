@@ -246,7 +246,10 @@ def gate(task, inputs):
         # Opened for writing too, a FIFO's read waits for data instead of seeing no writer.
         fd = os.open(inputs["fifo"], os.O_RDWR)
         try:
-            Path(inputs["pid_file"]).write_text(f"{getpid()} {fd}")
+            # Written whole, then renamed: the test never reads it half written.
+            written = Path(inputs["pid_file"] + ".new")
+            written.write_text(f"{getpid()} {fd}")
+            os.replace(written, inputs["pid_file"])
             os.read(fd, 1)
         finally:
             os.close(fd)

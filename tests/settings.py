@@ -91,6 +91,8 @@ for _name in (
 ):
     if _name in os.environ:
         globals()[_name] = float(os.environ[_name])
+if "ATP_PURGE_BATCH_SIZE" in os.environ:
+    ATP_PURGE_BATCH_SIZE = int(os.environ["ATP_PURGE_BATCH_SIZE"])
 # ATP_TEST_ENGINE=orm runs the suite on the ORM forms of the verbs (see atp.engine.engines).
 ATP_ENGINE = os.environ.get("ATP_TEST_ENGINE", "auto")
 if "ATP_PICKLE_ENABLED" in os.environ:

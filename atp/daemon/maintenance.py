@@ -134,12 +134,12 @@ def enqueue_due_schedules():
     return enqueued, seconds
 
 
-def purge_expired(max_batches=1):
-    """Delete a batch of ended tasks past their type's retention, and one of tombstones
-    past their type's ``dedup_window``; return how many tasks."""
-    purged = engine.purge_finished(max_batches=max_batches)
-    engine.purge_tombstones(max_batches=max_batches)
-    return purged
+def purge_expired():
+    """Delete a batch of each type's ended tasks past its retention, and of its tombstones
+    past its ``dedup_window``; return how many rows went, and whether more is due (a
+    batch was full): the supervisor calls it again a moment later while it is, so that
+    retention keeps pace with what ends."""
+    return engine.purge_due()
 
 
 def tend_queue_table():

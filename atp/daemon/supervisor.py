@@ -7,7 +7,8 @@ together), pending restarts, the heartbeat, the check against its leases,
 maintenance, the batches whose members all ended and the due runs of schedules
 (periodic tasks), and a claim that starts
 tasks for the idle workers and queues a few more behind busy ones when tasks are
-short (``atp.daemon.prefetch``). A database
+short (``atp.daemon.prefetch``); last, a batch of the ended tasks retention lets go,
+batch after batch, a moment apart, while some are due. A database
 that goes away puts the loop in outage mode: running tasks go on, database work is
 retried with back-off.
 """
@@ -22,7 +23,7 @@ from atp import engine
 from atp.conf import conf
 from atp.daemon import maintenance, recording, stopping
 from atp.daemon.catalog import Catalog
-from atp.daemon.events import Every, SignalInbox
+from atp.daemon.events import Every, Paced, SignalInbox
 from atp.daemon.lease import Lease, clock
 from atp.daemon.outage import (
     CONNECTION_ERRORS,
@@ -63,6 +64,10 @@ MAX_WAIT_SECONDS = 1.0
 #: delayed task: the ends of tasks shorter than that are written first, not after a
 #: query on the way (it added half a millisecond to a short task's end on PostgreSQL).
 NEXT_DUE_LOOKUP_DELAY_SECONDS = 0.005
+#: After a purge that found a full batch (more is due), before the next: the loop's own
+#: work (ends, claims) goes between them, and retention still keeps pace (a batch of 500
+#: takes ~50 ms on PostgreSQL).
+PURGE_GAP_SECONDS = 0.05
 
 
 class Reports:
@@ -127,6 +132,8 @@ class Supervisor:
         # so that the ends of the short tasks it gave out are written first.
         self.due_lookup_at = None
         self.maintenance = Every(conf.HEARTBEAT_INTERVAL_SECONDS)
+        # Purges follow one another while they find work, then wait for the next round.
+        self.purges = Paced(conf.HEARTBEAT_INTERVAL_SECONDS, PURGE_GAP_SECONDS)
         # Other daemons' heartbeat counters, and the pulses of open batches' blocks, as
         # seen on this one's monotonic clock.
         self.neighbours = Watch()
@@ -210,6 +217,8 @@ class Supervisor:
             due.append(self.heartbeats.next)  # nothing but the heartbeat until it is back
         else:
             due += [self.heartbeats.next, self.maintenance.next]
+            if self.drain_deadline is None:
+                due.append(self.purges.next)
             if self.pool.workers:
                 due.append(self.controls.next)
             if self.pool.idle() and self.drain_deadline is None:
@@ -398,7 +407,6 @@ class Supervisor:
             self._reload_catalog()
             maintenance.reap_stale_daemons(self.daemon, self.neighbours)
             self._duty("expiring pull leases", maintenance.expire_pull_leases)
-            self._duty("purging ended tasks and tombstones", maintenance.purge_expired)
             self._duty("tending batches", lambda: maintenance.tend_batches(self.batch_blocks))
             maintenance.prune_stopped_daemons()
             maintenance.tend_queue_table()
@@ -411,7 +419,16 @@ class Supervisor:
         if self._may_claim(now):
             self._claim(now)  # writes the reported ends too, in the same statement
         self._settle()
+        self._purge(now)
         self._look_for_next_due(time.monotonic())
+
+    def _purge(self, now):
+        """Purge a batch of what retention lets go, after the round's own work; again
+        soon while there is more."""
+        if self.drain_deadline is not None or not self.purges.is_due(now):
+            return
+        purged = self._duty("purging ended tasks and tombstones", maintenance.purge_expired)
+        self.purges.done(time.monotonic(), found_work=purged is not None and purged[1])
 
     @staticmethod
     def _duty(what, duty):

@@ -3,7 +3,7 @@
 import datetime
 
 from django.db import connections
-from django.db.models import Exists, OuterRef, Value
+from django.db.models import CASCADE, SET_NULL, Exists, OuterRef, Value
 from django.db.models.functions import Now
 
 from atp.conf import conf
@@ -37,8 +37,10 @@ def delete_task(instance):
             f"task #{pk} is {locked.status} but its daemon is still stopping its last "
             "worker: delete it in a moment", current=locked.status,
         )
-    _bury([pk])
-    Instance.objects.filter(pk=pk).delete()
+    named = list(Instance.objects.filter(pk=pk, named=True).values_list(
+        "type_id", "identifier", "named", "finished"))
+    _bury(named)
+    _delete_rows([pk])
 
 
 @queue_write
@@ -51,8 +53,9 @@ def delete_ended(pks):
     return _delete_locked(Instance.objects.filter(pk__in=list(pks)))
 
 
-def _delete_locked(tasks):
-    """Delete the ended tasks of ``tasks`` off the queue that no verb holds; return their keys.
+def _delete_locked(tasks, limit=None):
+    """Delete the ended tasks of ``tasks`` off the queue that no verb holds (at most
+    ``limit``, in the order of ``tasks``); return their keys.
 
     Each is locked first and skipped if another transaction holds it (one re-enqueueing
     it, say); a task with a queue row is left to the daemon or the claim that ends it.
@@ -62,23 +65,64 @@ def _delete_locked(tasks):
     )
     if connections[database()].features.has_select_for_update_skip_locked:
         ended = ended.select_for_update(skip_locked=True)
-    pks = list(ended.values_list("pk", flat=True))
-    if pks:
-        _bury(pks)
-        Instance.objects.filter(pk__in=pks).delete()
-    return pks
+    rows = list(ended.values_list("pk", "type_id", "identifier", "named", "finished")[:limit])
+    if rows:
+        _bury([row[1:] for row in rows if row[3]])
+        _delete_rows([row[0] for row in rows])
+    return [row[0] for row in rows]
 
 
-def _bury(pks):
-    """Write a tombstone for each named task among ``pks`` (ended, about to be deleted)
-    whose name its type's ``dedup_window`` still holds: the name stays taken. A name
-    keeps one tombstone, with the latest end of its tasks."""
-    named = Instance.objects.filter(
-        pk__in=pks, named=True, finished__isnull=False, type__dedup_window__isnull=False,
-    ).values_list("type_id", "identifier", "finished", "type__dedup_window")
+#: Parameters a purge's statement binds at most (SQLite takes 32,766).
+DELETE_CHUNK = 1000
+
+
+def _delete_rows(pks):
+    """Delete the tasks ``pks`` (locked, ended, off the queue) and all they hold, a
+    statement a table: what Django's collector does for ``Instance.delete()``, from
+    the same relations, without loading every task as a model and its keys as a filter
+    (that was two thirds of a purge's time). Django's delete signals are not sent."""
+    connection = connections[database()]
+    quote = connection.ops.quote_name
+    with connection.cursor() as cursor:
+        for begin in range(0, len(pks), DELETE_CHUNK):
+            chunk = pks[begin:begin + DELETE_CHUNK]
+            marks = ", ".join(["%s"] * len(chunk))
+            for relation in _relations():
+                table, column = (quote(relation.related_model._meta.db_table),
+                                 quote(relation.field.column))
+                if relation.on_delete is CASCADE:
+                    cursor.execute(f"DELETE FROM {table} WHERE {column} IN ({marks})", chunk)
+                elif relation.on_delete is SET_NULL:
+                    cursor.execute(
+                        f"UPDATE {table} SET {column} = NULL WHERE {column} IN ({marks})", chunk)
+                else:  # a new relation: decide what a purge does to it, here
+                    raise NotImplementedError(f"purging tasks meets {relation}")
+            cursor.execute(f"DELETE FROM {quote(Instance._meta.db_table)} WHERE "
+                           f"{quote(Instance._meta.pk.column)} IN ({marks})", chunk)
+
+
+def _relations():
+    """Return the relations of other models to ``Instance``, hidden ones too (a batch's
+    on-complete task)."""
+    return [field for field in Instance._meta.get_fields(include_hidden=True)
+            if field.auto_created and not field.concrete and (field.one_to_many or field.one_to_one)]
+
+
+def _bury(named):
+    """Write a tombstone for each named task in ``named`` (``(type key, name, named,
+    end)`` of ended tasks about to be deleted) whose name its type's ``dedup_window``
+    still holds: the name stays taken. A name keeps one tombstone, with the latest end
+    of its tasks."""
+    if not named:
+        return
+    windows = dict(Type.objects.filter(pk__in={row[0] for row in named}, dedup_window__isnull=False)
+                   .values_list("pk", "dedup_window"))
     now = database_now(database())
     latest = {}
-    for type_id, name, ended, window in named:
+    for type_id, name, _, ended in named:
+        window = windows.get(type_id)
+        if window is None or ended is None:
+            continue
         if ended + window > now and ended > latest.get((type_id, name), ended - window):
             latest[(type_id, name)] = ended
     if not latest:
@@ -104,22 +148,46 @@ def purge_tombstones(*, batch_size=None, max_batches=None):
     """Delete the tombstones whose type's ``dedup_window`` has closed; return how many.
 
     In transactions of at most ``batch_size`` (``ATP_PURGE_BATCH_SIZE``) each, at most
-    ``max_batches`` of them (the daemon purges a little at each round).
+    ``max_batches`` of them.
     """
     batch_size = batch_size or conf.PURGE_BATCH_SIZE
     purged = batches = 0
     for type_id, window in Type.objects.values_list("pk", "dedup_window"):
-        stale = Tombstone.objects.filter(type_id=type_id)
-        if window is not None:
-            stale = stale.filter(ended__lte=Now() - Value(window))
         while max_batches is None or batches < max_batches:
-            deleted, _ = Tombstone.objects.filter(
-                pk__in=list(stale.values_list("pk", flat=True)[:batch_size])).delete()
+            deleted = _purge_tombstone_batch(type_id, window, batch_size)
             purged += deleted
             batches += bool(deleted)
             if deleted < batch_size:
                 break
     return purged
+
+
+def _purge_tombstone_batch(type_id, window, batch_size):
+    stale = Tombstone.objects.filter(type_id=type_id)
+    if window is not None:  # a type without a window keeps no name taken
+        stale = stale.filter(ended__lte=Now() - Value(window))
+    deleted, _ = Tombstone.objects.filter(
+        pk__in=list(stale.values_list("pk", flat=True)[:batch_size])).delete()
+    return deleted
+
+
+def purge_due(*, batch_size=None):
+    """Delete one batch of each type's ended tasks past its ``retention``, and one of its
+    tombstones past its ``dedup_window``, each batch in a transaction of its own; return
+    how many rows went, and whether a batch was full (more is due: call it again).
+
+    The daemons' retention: called again a moment later while a batch was full, so that
+    it keeps pace with what ends; each call costs a query a type when nothing is due.
+    """
+    batch_size = batch_size or conf.PURGE_BATCH_SIZE
+    gone, more = 0, False
+    for type_id, retention, window in Type.objects.values_list("pk", "retention", "dedup_window"):
+        deleted = [_purge_tombstone_batch(type_id, window, batch_size)]
+        if retention is not None:
+            deleted.append(_purge_batch(type_id, retention, batch_size))
+        gone += sum(deleted)
+        more = more or batch_size in deleted
+    return gone, more
 
 
 def purge_finished(older_than=None, type=None, *, batch_size=None, max_batches=None):
@@ -161,9 +229,8 @@ def _clean_age(older_than):
 
 @queue_write
 def _purge_batch(type_id, age, batch_size):
+    # The oldest first, each locked as it is found (SKIP LOCKED): daemons purging at
+    # once take different tasks.
     expired = Instance.objects.filter(
-        type_id=type_id, status__in=TERMINAL, finished__lt=Now() - Value(age)
-    ).order_by("finished")
-    return len(_delete_locked(Instance.objects.filter(
-        pk__in=list(expired.values_list("pk", flat=True)[:batch_size])
-    )))
+        type_id=type_id, finished__lt=Now() - Value(age)).order_by("finished")
+    return len(_delete_locked(expired, limit=batch_size))

@@ -90,3 +90,28 @@ def test_a_task_whose_worker_is_still_being_stopped_cannot_be_deleted_yet(noop_t
     engine.release(running, daemon=daemon)
     atp.delete_task(running)
     assert not Instance.objects.filter(pk=running.pk).exists()
+
+
+def test_a_purge_knows_what_to_do_with_every_row_that_refers_to_a_task():
+    """A purge deletes a task's rows table by table (not through Django's collector): a
+    new model referring to tasks must say there what becomes of its rows."""
+    from django.db.models import CASCADE, SET_NULL
+
+    from atp.engine.maintenance import _relations
+
+    handled = {(r.related_model.__name__, r.on_delete) for r in _relations()}
+    assert handled == {("Inputs", CASCADE), ("Response", CASCADE), ("LogRecord", CASCADE),
+                       ("Task", CASCADE), ("Batch", SET_NULL)}
+
+
+def test_a_purge_deletes_in_chunks_of_bound_parameters(noop_type, monkeypatch):
+    from atp.engine import maintenance
+
+    monkeypatch.setattr(maintenance, "DELETE_CHUNK", 2)
+    ended = [TaskFactory(type=noop_type, status=Status.FINISHED) for _ in range(5)]
+    for instance in ended[:2]:
+        atp.set_response(instance, "kept with it until the purge")
+    assert atp.purge_finished(older_than=0) == 5
+    for model in (Instance, Inputs, LogRecord, Response):
+        assert not model.objects.filter(**{
+            "pk__in" if model is Instance else "instance_id__in": [i.pk for i in ended]}).exists()

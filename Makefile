@@ -18,7 +18,7 @@ ATP_REQUIRE_POSTGRES ?= 0
 DJANGO_COMPAT ?= Django>=4.2,<5.0
 
 .PHONY: demo test test-fast browser test-sqlite test-postgres test-orm test-compat test-django6 bench \
-	bench-admin screenshots \
+	bench-admin soak screenshots \
 	guards chaos lint clean
 
 $(VENV)/.installed: setup.cfg pyproject.toml
@@ -91,15 +91,24 @@ test-compat:
 	.venv-compat/bin/python -m pip install --quiet '$(DJANGO_COMPAT)'
 	$(MAKE) test VENV=.venv-compat
 
-# Drain rate and enqueue->start latency of atpd (see bench/daemon.py), on SQLite and,
-# when it answers, on PostgreSQL (its database $(ATP_BENCH_DATABASE_URL) is recreated).
+# Drain rate and enqueue->start latency of atpd (see bench/daemon.py), then 3 minutes of
+# a steady stream at a third of the drain rate (bench/stream.py), on SQLite and, when it
+# answers, on PostgreSQL (its database $(ATP_BENCH_DATABASE_URL) is recreated).
 bench: $(VENV)/.installed
 	env -u ATP_BENCH_DATABASE_URL $(PY) -m bench.daemon
+	env -u ATP_BENCH_DATABASE_URL $(PY) -m bench.stream $(STREAM_ARGS)
 	@if $(PY) -c 'import psycopg; psycopg.connect("$(ATP_BENCH_DATABASE_URL)".rsplit("/", 1)[0] + "/postgres", connect_timeout=5).close()' 2>/dev/null; then \
-		ATP_BENCH_DATABASE_URL=$(ATP_BENCH_DATABASE_URL) $(PY) -m bench.daemon; \
+		ATP_BENCH_DATABASE_URL=$(ATP_BENCH_DATABASE_URL) $(PY) -m bench.daemon && \
+		ATP_BENCH_DATABASE_URL=$(ATP_BENCH_DATABASE_URL) $(PY) -m bench.stream $(STREAM_ARGS); \
 	else \
 		echo "== PostgreSQL at $(ATP_BENCH_DATABASE_URL) does not answer: SQLite only"; \
 	fi
+
+# A steady stream of mixed work for 12 minutes on a stock PostgreSQL of its own (made
+# with the machine's initdb in .bench/cluster, removed after; or ATP_SOAK_DATABASE_URL):
+# retention must keep the tables bounded and the p99 wait steady (bench/soak.py).
+soak: $(VENV)/.installed
+	$(PY) -m bench.soak $(SOAK_ARGS)
 
 # Time the admin and atp's pages with 1,000,000 tasks and 5,000,000 history rows on
 # PostgreSQL (bench/admin_pages.py; its database is dropped and refilled, ~5 min).

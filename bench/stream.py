@@ -11,7 +11,8 @@ minutes at a third of the measured drain rate; ``make soak`` (``bench.soak``) ru
 long mixed workload on a stock PostgreSQL server.
 
 - The rate: ``--rate`` tasks a second, or ``--fraction`` of the drain rate measured
-  first with the same daemons (5,000 tasks of the mix, ``atpd --burst``).
+  first with the same daemons (5,000 tasks of the mix, ``atpd --burst``; the median
+  of three).
 - The mix: ``noop`` (no-op tasks), or ``soak``: 85 % no-op, 13 % real work (progress
   and history entries, about 10 ms), 2 % failing once and retried. Every type keeps
   its ended tasks ``--retention`` seconds.
@@ -338,10 +339,14 @@ def main():
     register(options.retention)
     rate = options.rate
     if rate is None:
-        drained = drain_rate(options.daemons, options.workers, MIXES[options.mix])
+        # The median of three: one drain of a few seconds varies by a third.
+        drains = [drain_rate(options.daemons, options.workers, MIXES[options.mix])
+                  for _ in range(3)]
+        drained = statistics.median(drains)
         rate = round(drained * options.fraction)
         print(f"drain of {DRAIN_TASKS:,} tasks ({options.mix}), {options.daemons} daemon(s) x "
-              f"{options.workers} workers: {drained:,.0f} tasks/s; the stream runs at "
+              f"{options.workers} workers: {drained:,.0f} tasks/s (median of "
+              f"{', '.join(f'{d:,.0f}' for d in drains)}); the stream runs at "
               f"{options.fraction:.2f} of it", flush=True)
     logs = PROJECT_ROOT / ".bench" / "stream-logs"
     result = run(options.minutes, rate, options.daemons, options.workers, options.retention,

@@ -312,8 +312,9 @@ def print_summary(result):
     kept = "within" if result["tasks_max"] <= result["tasks_bound"] else "OVER"
     print(f"  task table at most {result['tasks_max']:,} rows ({kept} the bound "
           f"{result['tasks_bound']:,.0f} = rate x (retention + 60 s)); history at most "
-          f"{result['history_max']:,} rows ({result['history_mb_max']:.0f} MB); queue at most "
-          f"{result['queue_max']:,}")
+          f"{result['history_max']:,} rows"
+          + (f" ({result['history_mb_max']:.0f} MB)" if result["history_mb_max"] else "")
+          + f"; queue at most {result['queue_max']:,}")
     if result["rss_mb_first"] is not None:
         print(f"  daemons' memory {result['rss_mb_first']:.0f} -> {result['rss_mb_last']:.0f} MB")
     if result["producer_behind_s"] > 1:

@@ -80,31 +80,48 @@ def _delete_rows(pks):
     """Delete the tasks ``pks`` (locked, ended, off the queue) and all they hold, a
     statement a table: what Django's collector does for ``Instance.delete()``, from
     the same relations, without loading every task as a model and its keys as a filter
-    (that was two thirds of a purge's time). Django's delete signals are not sent."""
+    (that was two thirds of a purge's time). Django's delete signals are not sent.
+    Where a project's own model refers to tasks, the collector does it, as it would."""
+    statements = _statements(_relations())
     connection = connections[database()]
-    quote = connection.ops.quote_name
-    with connection.cursor() as cursor:
-        for begin in range(0, len(pks), DELETE_CHUNK):
-            chunk = pks[begin:begin + DELETE_CHUNK]
-            marks = ", ".join(["%s"] * len(chunk))
-            for relation in _relations():
-                table, column = (quote(relation.related_model._meta.db_table),
-                                 quote(relation.field.column))
-                if relation.on_delete is CASCADE:
-                    cursor.execute(f"DELETE FROM {table} WHERE {column} IN ({marks})", chunk)
-                elif relation.on_delete is SET_NULL:
-                    cursor.execute(
-                        f"UPDATE {table} SET {column} = NULL WHERE {column} IN ({marks})", chunk)
-                else:  # a new relation: decide what a purge does to it, here
-                    raise NotImplementedError(f"purging tasks meets {relation}")
-            cursor.execute(f"DELETE FROM {quote(Instance._meta.db_table)} WHERE "
-                           f"{quote(Instance._meta.pk.column)} IN ({marks})", chunk)
+    for begin in range(0, len(pks), DELETE_CHUNK):
+        chunk = pks[begin:begin + DELETE_CHUNK]
+        if statements is None:
+            Instance.objects.filter(pk__in=chunk).delete()
+            continue
+        marks = ", ".join(["%s"] * len(chunk))
+        with connection.cursor() as cursor:
+            for statement in statements:
+                cursor.execute(statement.format(marks=marks), chunk)
 
 
-def _relations():
-    """Return the relations of other models to ``Instance``, hidden ones too (a batch's
+def _statements(relations):
+    """Return the statements (with ``{marks}`` for the keys) that delete tasks and what
+    ``relations`` hold of them, or None when one of them is more than a statement can
+    follow: a model outside atp, rows other rows refer to in turn, or an ``on_delete``
+    other than CASCADE and SET_NULL (PROTECT, say): then Django's collector must."""
+    quote = connections[database()].ops.quote_name
+    statements = []
+    for relation in relations:
+        model = relation.related_model
+        if model._meta.app_label != Instance._meta.app_label:
+            return None
+        table, column = quote(model._meta.db_table), quote(relation.field.column)
+        if relation.on_delete is CASCADE and not _relations(model):
+            statements.append(f"DELETE FROM {table} WHERE {column} IN ({{marks}})")
+        elif relation.on_delete is SET_NULL:
+            statements.append(f"UPDATE {table} SET {column} = NULL WHERE {column} IN ({{marks}})")
+        else:
+            return None
+    statements.append(f"DELETE FROM {quote(Instance._meta.db_table)} "
+                      f"WHERE {quote(Instance._meta.pk.column)} IN ({{marks}})")
+    return statements
+
+
+def _relations(model=Instance):
+    """Return the relations of other models to ``model``, hidden ones too (a batch's
     on-complete task)."""
-    return [field for field in Instance._meta.get_fields(include_hidden=True)
+    return [field for field in model._meta.get_fields(include_hidden=True)
             if field.auto_created and not field.concrete and (field.one_to_many or field.one_to_one)]
 
 

@@ -92,16 +92,45 @@ def test_a_task_whose_worker_is_still_being_stopped_cannot_be_deleted_yet(noop_t
     assert not Instance.objects.filter(pk=running.pk).exists()
 
 
-def test_a_purge_knows_what_to_do_with_every_row_that_refers_to_a_task():
-    """A purge deletes a task's rows table by table (not through Django's collector): a
-    new model referring to tasks must say there what becomes of its rows."""
+def test_a_purge_deletes_atp_s_own_rows_a_statement_a_table():
     from django.db.models import CASCADE, SET_NULL
 
-    from atp.engine.maintenance import _relations
+    from atp.engine.maintenance import _relations, _statements
 
     handled = {(r.related_model.__name__, r.on_delete) for r in _relations()}
     assert handled == {("Inputs", CASCADE), ("Response", CASCADE), ("LogRecord", CASCADE),
                        ("Task", CASCADE), ("Batch", SET_NULL)}
+    assert len(_statements(_relations())) == len(handled) + 1
+
+
+def test_a_model_of_the_project_that_refers_to_tasks_is_left_to_django_s_collector():
+    """What a statement a table cannot follow (another app's model, rows others refer to
+    in turn, PROTECT) makes a purge delete as ``Instance.delete()`` does: a project's
+    model with a key to a task does not stop retention."""
+    from django.contrib.admin.models import LogEntry
+    from django.contrib.auth.models import Permission, User
+    from django.contrib.contenttypes.models import ContentType
+
+    from atp.engine.maintenance import _relations, _statements
+
+    def relation(model, to):
+        return next(r for r in _relations(to) if r.related_model is model)
+
+    own = _relations()
+    assert _statements(own + [relation(LogEntry, User)]) is None  # another app's model
+    assert _statements(own + [relation(Permission, ContentType)]) is None  # with its own
+
+
+def test_a_purge_through_django_s_collector_deletes_the_same_rows(noop_type, monkeypatch):
+    from atp.engine import maintenance
+
+    monkeypatch.setattr(maintenance, "_statements", lambda relations: None)
+    ended = [TaskFactory(type=noop_type, status=Status.FINISHED) for _ in range(3)]
+    atp.set_response(ended[0], "kept with it until the purge")
+    assert atp.purge_finished(older_than=0) == 3
+    for model in (Instance, Inputs, LogRecord, Response):
+        assert not model.objects.filter(**{
+            "pk__in" if model is Instance else "instance_id__in": [i.pk for i in ended]}).exists()
 
 
 def test_a_purge_deletes_in_chunks_of_bound_parameters(noop_type, monkeypatch):

@@ -121,7 +121,7 @@ screenshots: $(VENV)/.installed browser
 		tests/browser/test_screenshots.py
 
 # Remove each guard of the queue's transitions in turn; a test must fail every time
-# (tests/guards.py; about 10 minutes, on demand).
+# (tests/guards.py; about 30 minutes, on demand).
 guards: $(VENV)/.installed
 	$(PY) -m tests.guards
 

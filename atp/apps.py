@@ -15,9 +15,9 @@ class AtpConfig(AppConfig):
             deferred,
             registry,
         )
-        from atp.db import configure_sqlite
+        from atp.db import configure_connection
 
-        connection_created.connect(configure_sqlite, dispatch_uid="atp.configure_sqlite")
+        connection_created.connect(configure_connection, dispatch_uid="atp.configure_connection")
         post_migrate.connect(sync_types_after_migrate, sender=self)
         registry.autodiscover()
         # The queues of TASKS backends that are atp's (read from the settings alone:

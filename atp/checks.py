@@ -233,11 +233,11 @@ def check_sqlite_transaction_mode(app_configs=None, **kwargs):
     """Warn of SQLite databases whose transactions are deferred (Django 5.1+ has the option)."""
     if django.VERSION < (5, 1):
         return []  # docs/queue.md says what a block needs there
-    from atp.engine.engines import engine_of
+    from atp.engine.databases import database_of
 
     warnings = []
     for alias in connections:
-        if not getattr(engine_of(alias), "NEEDS_IMMEDIATE_TRANSACTIONS", False):
+        if not database_of(alias).needs_immediate_transactions:
             continue
         mode = connections[alias].settings_dict.get("OPTIONS", {}).get("transaction_mode")
         if str(mode).upper() in ("IMMEDIATE", "EXCLUSIVE"):

@@ -29,7 +29,7 @@ class AtpSettings:
     @property
     def ENGINE(self):
         """``"auto"``: the hand-written SQL of the database's engine for the verbs every task
-        goes through; ``"orm"``: the ORM forms everywhere (slower; for tests and debugging)."""
+        goes through; ``"orm"``: the portable ORM engine everywhere (slower; for tests and debugging)."""
         return getattr(settings, "ATP_ENGINE", "auto")
 
     @property

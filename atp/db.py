@@ -1,19 +1,15 @@
-"""Transactions for the queue verbs, and the per-database behaviour they rely on.
+"""Transactions for the queue verbs: retried while the database is busy.
 
-SQLite has one writer at a time. In a plain (deferred) ``BEGIN`` a transaction takes
-the write lock only at its first write, and a transaction that read first and writes
-second can be refused at once with "database is locked" instead of waiting, because
-waiting could deadlock. The queue's own transactions therefore start with
-``BEGIN IMMEDIATE``: they take the write lock up front, waiting out the busy timeout,
-and writers simply line up. What still fails with a lock error is retried whole.
-PostgreSQL transactions are retried on deadlock and serialisation failures.
-
-Django 5.1+ can make every transaction of a project immediate with
-``OPTIONS["transaction_mode"]``; this does it for the queue's transactions only, on
-every supported Django. A queue verb called inside the caller's (deferred) transaction
-cannot start it again: it takes the write lock with its first statement instead
-(``writing_first``), so that the caller's block waits for the lock rather than fails.
-"""
+What differs from one database to the next is asked of its ``Database``
+(``atp.engine.databases``): how the queue's own transactions begin (on SQLite
+``BEGIN IMMEDIATE``: SQLite has one writer at a time, and a deferred transaction that
+read first and writes second can be refused at once with "database is locked" instead
+of waiting, so the queue's transactions take the write lock up front and writers line
+up), which errors mean "run it again" (a deadlock or serialisation failure, a locked
+SQLite database), and the write lock a queue verb takes first inside a caller's
+(deferred) transaction, so that the caller's block waits for the lock rather than
+fails. Django 5.1+ can make every transaction of a project immediate with
+``OPTIONS["transaction_mode"]`` (``atp.W001``)."""
 
 import contextvars
 import functools
@@ -33,26 +29,18 @@ logger = logging.getLogger(__name__)
 
 RETRY_FIRST_DELAY_SECONDS = 0.002
 RETRY_MAX_DELAY_SECONDS = 0.25
-# SQLSTATEs of a transaction the server rolled back so that it can simply be run again.
-RETRYABLE_SQLSTATES = frozenset({"40001", "40P01"})  # serialization_failure, deadlock
-LOCKED_MESSAGES = ("database is locked", "database table is locked")
 
 
-def configure_sqlite(sender, connection, **kwargs):
-    """Switch a new SQLite connection's database to write-ahead logging (``connection_created``)."""
-    if connection.vendor != "sqlite" or not conf.SQLITE_WAL:
-        return
-    if connection.is_in_memory_db():
-        return
-    with connection.cursor() as cursor:
-        cursor.execute("PRAGMA journal_mode")
-        if cursor.fetchone()[0].lower() == "wal":
-            return
-        try:
-            cursor.execute("PRAGMA journal_mode=WAL")
-        except OperationalError:
-            # Another connection is mid-transaction; a later connection will switch it.
-            logger.warning("could not switch %s to WAL yet", connection.settings_dict["NAME"])
+def _database(connection):
+    from atp.engine.databases import database_of  # the engine's models import from here
+
+    return database_of(connection)
+
+
+def configure_connection(sender, connection, **kwargs):
+    """Set up a new connection as its database needs (``connection_created``): SQLite
+    switches to write-ahead logging."""
+    _database(connection).configure(connection)
 
 
 def database_now(alias):
@@ -87,64 +75,25 @@ class ByteLength(Func):
         return self.as_sql(compiler, connection, function="LENGTH", **extra_context)
 
 
-def is_retryable(exc):
-    """Return whether a database error only means "busy, run the transaction again"."""
-    cause = exc.__cause__
-    if getattr(cause, "sqlstate", None) in RETRYABLE_SQLSTATES:
-        return True
-    message = str(exc).lower()
-    return any(text in message for text in LOCKED_MESSAGES)
+def is_retryable(exc, alias=None):
+    """Return whether a database error only means "busy, run the transaction again", on
+    ``alias`` (the queue's database by default)."""
+    if alias is None:
+        from atp.engine.base import database
 
-
-@contextmanager
-def _immediate_begin(connection):
-    # Django opens SQLite transactions through this private hook (on 4.2 as on 5.x);
-    # overriding it on this one connection, for one transaction, makes it IMMEDIATE.
-    def begin_immediate():
-        connection.cursor().execute("BEGIN IMMEDIATE")
-
-    connection._start_transaction_under_autocommit = begin_immediate
-    try:
-        yield
-    finally:
-        del connection._start_transaction_under_autocommit
-
-
-@contextmanager
-def _outer_transaction(connection, alias):
-    if connection.vendor == "sqlite":
-        with _immediate_begin(connection), transaction.atomic(using=alias):
-            yield
-    else:
-        with transaction.atomic(using=alias):
-            yield
-
-
-def _holds_immediate_transactions(connection):
-    return str(connection.settings_dict.get("OPTIONS", {}).get("transaction_mode", "")).upper() in (
-        "IMMEDIATE", "EXCLUSIVE")
+        alias = database()
+    return _database(connections[alias]).is_retryable(exc)
 
 
 def take_write_lock(alias):
-    """Inside a caller's transaction on SQLite, take the database's write lock now,
-    waiting out the busy timeout, unless the transaction began immediate.
-
-    A deferred SQLite transaction that has read cannot wait for the write lock: when
-    another connection writes, its first write fails at once with "database is
-    locked" (waiting could deadlock two such readers). A queue verb that reads before
-    it writes (the task type, the task's row) would make the caller's block fail;
-    taking the lock with a write that changes nothing before reading lets it wait its
-    turn like any writer. A block that read before it called the verb is past saving:
-    it needs the project's ``transaction_mode`` (``atp.W001`` warns without it).
-    """
+    """Inside a caller's transaction, take the database's write lock now, where it has
+    one to take (SQLite, unless the transaction began immediate): a queue verb that
+    reads before it writes must not make the caller's block fail (see
+    ``atp.engine.databases.SQLite.take_write_lock``). A block that read before it called
+    the verb is past saving: it needs the project's ``transaction_mode`` (``atp.W001``)."""
     connection = connections[alias]
-    if (connection.vendor != "sqlite" or not connection.in_atomic_block
-            or _holds_immediate_transactions(connection)):
-        return
-    from atp.models import Type  # atp.models imports from here
-
-    with connection.cursor() as cursor:
-        cursor.execute(f"UPDATE {Type._meta.db_table} SET id = id WHERE 0")
+    if connection.in_atomic_block:
+        _database(connection).take_write_lock(connection)
 
 
 _retry_budget = contextvars.ContextVar("atp_retry_budget", default=None)
@@ -186,10 +135,10 @@ def run_in_transaction(function, alias, *, single_statement=False):
         try:
             if single_statement:
                 return function()
-            with _outer_transaction(connection, alias):
+            with _database(connection).begin(connection), transaction.atomic(using=alias):
                 return function()
         except OperationalError as exc:
-            if not is_retryable(exc) or time.monotonic() + delay > deadline:
+            if not is_retryable(exc, alias) or time.monotonic() + delay > deadline:
                 raise
             logger.debug("database busy (%s); retrying in %.3f s", exc, delay)
         time.sleep(delay * (0.5 + random.random()))

@@ -17,6 +17,7 @@ from django.db import connections, router, transaction
 from django.db.models import F, OuterRef, Q, Subquery
 from django.db.models.functions import Now
 
+from atp.engine.databases import database_of
 from atp.models import Instance, LogRecord, Task
 from atp.states import IN_FLIGHT, TERMINAL, Status
 
@@ -60,9 +61,8 @@ def check_queue(*, settled=False, limit=100):
     if connection.in_atomic_block:  # the caller's transaction is the snapshot
         return _check(settled, limit)
     with transaction.atomic(using=alias):
-        if connection.vendor == "postgresql":
-            with connection.cursor() as cursor:
-                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        with connection.cursor() as cursor:
+            database_of(connection).read_snapshot(cursor)
         return _check(settled, limit)
 
 

@@ -7,7 +7,10 @@ either returns or waits for a lock that ``first`` holds, and only then lets ``fi
 go on. So the order of the two transactions' statements is the same at every run:
 no sleeps, no luck.
 
-On PostgreSQL "waits for a lock" is read from ``pg_stat_activity`` (``tests.pg_sessions``). SQLite has one
+On PostgreSQL "waits for a lock" is read from ``pg_stat_activity`` (``tests.pg_sessions``),
+on MariaDB/MySQL from InnoDB's transactions (``information_schema.INNODB_TRX``). The
+statements are matched with identifiers quoted as PostgreSQL and SQLite quote them
+(``"atp_task"``), whatever the database's quotes. SQLite has one
 writer at a time: once ``first`` is paused inside its write transaction, ``second``
 cannot write before ``first`` commits, so ``first`` is let go as soon as ``second``
 has started.
@@ -55,10 +58,7 @@ class _Thread(threading.Thread):
 
     def run(self):
         try:
-            if connection.vendor == "postgresql":
-                with connection.cursor() as cursor:
-                    cursor.execute("SELECT pg_backend_pid()")
-                    self.backend_pid = cursor.fetchone()[0]
+            self.backend_pid = session_id()
             self.started_calling.set()
             self.outcome.result = self.call()
         except BaseException as exc:  # handed to the test, which raises it if it wants
@@ -79,7 +79,7 @@ def interleave(first, second, *, pause_after):
 
     def pause_once(execute, sql, params, many, context):
         result = execute(sql, params, many, context)
-        if not reached.is_set() and pattern.search(sql):
+        if not reached.is_set() and pattern.search(sql.replace("`", '"')):
             reached.set()
             go.wait(TIMEOUT_SECONDS)
         return result
@@ -119,6 +119,25 @@ def _wait_until_done_or_blocked(thread):
         time.sleep(POLL_SECONDS)
 
 
+#: What identifies this connection's session to the server, by database (SQLite: none).
+SESSION_ID = {"postgresql": "SELECT pg_backend_pid()", "mysql": "SELECT CONNECTION_ID()"}
+
+
+def session_id():
+    """Return the server's identifier of this thread's connection (None on SQLite)."""
+    statement = SESSION_ID.get(connection.vendor)
+    if statement is None:
+        return None
+    with connection.cursor() as cursor:
+        cursor.execute(statement)
+        return cursor.fetchone()[0]
+
+
 def is_waiting_for_lock(backend_pid):
-    """Return whether the PostgreSQL backend ``backend_pid`` waits for a lock right now."""
+    """Return whether the session ``backend_pid`` waits for a lock right now."""
+    if connection.vendor == "mysql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1 FROM information_schema.INNODB_TRX WHERE "
+                           "trx_mysql_thread_id = %s AND trx_state = 'LOCK WAIT'", [backend_pid])
+            return cursor.fetchone() is not None
     return pg_sessions.wait_event_type(backend_pid) == "Lock"

@@ -93,7 +93,7 @@ for _name in (
         globals()[_name] = float(os.environ[_name])
 if "ATP_PURGE_BATCH_SIZE" in os.environ:
     ATP_PURGE_BATCH_SIZE = int(os.environ["ATP_PURGE_BATCH_SIZE"])
-# ATP_TEST_ENGINE=orm runs the suite on the ORM forms of the verbs (see atp.engine.engines).
+# ATP_TEST_ENGINE=orm runs the suite on the portable ORM engine (see atp.engine.engines).
 ATP_ENGINE = os.environ.get("ATP_TEST_ENGINE", "auto")
 if "ATP_PICKLE_ENABLED" in os.environ:
     ATP_PICKLE_ENABLED = os.environ["ATP_PICKLE_ENABLED"] == "1"

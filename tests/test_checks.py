@@ -19,7 +19,8 @@ from atp.checks import (
     check_settings,
     check_sqlite_transaction_mode,
 )
-from atp.engine import engines
+from atp.engine import databases as databases_module
+from atp.engine.databases import database_of
 from tests.processes import PROJECT_ROOT, environment
 from tests.test_conf import SETTINGS_DOC, declared
 
@@ -211,7 +212,7 @@ def test_sqlite_without_immediate_transactions_is_warned_of_from_django_5_1(monk
         server=("postgresql", {}),
     )
     monkeypatch.setattr(atp_checks, "connections", handler)
-    monkeypatch.setattr(engines, "connections", handler)
+    monkeypatch.setattr(databases_module, "connections", handler)
     warnings = check_sqlite_transaction_mode()
     if django.VERSION < (5, 1):  # no transaction_mode to set: docs/queue.md says what to do
         assert warnings == []
@@ -224,7 +225,7 @@ def test_sqlite_without_immediate_transactions_is_warned_of_from_django_5_1(monk
 
 def test_the_sqlite_warning_concerns_the_test_database_alone(monkeypatch):
     expected = (["atp.W001"] if django.VERSION >= (5, 1)
-                and engines.engine_of("default") is engines.sqlite else [])
+                and database_of("default").needs_immediate_transactions else [])
     assert ids(check_sqlite_transaction_mode()) == expected
 
 

@@ -30,33 +30,30 @@ class EstimatedCountPaginator(Paginator):
     @cached_property
     def count(self):
         queryset = self.object_list
+        from atp.engine.databases import database_of  # the admin loads before the engine
+
         connection = connections[queryset.db]
-        if connection.vendor != "postgresql":
+        database = database_of(connection)
+        if not database.estimates_counts:
             return super().count
-        estimate = self._estimate(queryset, connection)
+        estimate = self._estimate(queryset, connection, database)
         if estimate > EXACT_COUNT_UP_TO:
             return estimate
         try:
             with transaction.atomic(using=queryset.db), connection.cursor() as cursor:
-                cursor.execute("SHOW statement_timeout")
-                previous = cursor.fetchone()[0]
-                cursor.execute(f"SET LOCAL statement_timeout = {COUNT_BUDGET_MILLISECONDS}")
-                count = queryset.count()
-                cursor.execute("SELECT set_config('statement_timeout', %s, true)", [previous])
-                return count
+                with database.time_limit(cursor, COUNT_BUDGET_MILLISECONDS):
+                    return queryset.count()
         except OperationalError:
             return estimate
 
     @staticmethod
-    def _estimate(queryset, connection):
+    def _estimate(queryset, connection, database):
         try:
             sql, params = queryset.order_by().query.sql_with_params()
         except EmptyResultSet:  # Django knows it matches nothing (.none(), an id past bigint)
             return 0
         with connection.cursor() as cursor:
-            cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
-            plan = cursor.fetchone()[0]
-        return int(plan[0]["Plan"]["Plan Rows"])
+            return database.estimate_count(cursor, sql, params)
 
 
 def no_facets(admin_class):

@@ -16,6 +16,7 @@ from django.db.backends.signals import connection_created
 
 from atp.daemon.suspension import writing
 from atp.db import is_retryable
+from atp.engine.databases import database_of
 from atp.exceptions import InvalidTransition, TaskNotFound
 
 logger = logging.getLogger(__name__)
@@ -32,35 +33,27 @@ MAX_BACKOFF_SECONDS = 5.0
 #: workers and signals, and a lock or a dead network must not freeze it.
 SUPERVISOR_WAIT_SECONDS = 1.0
 SUPERVISOR_STATEMENT_TIMEOUT_SECONDS = 30
-POSTGRES_CONNECTION_DEFAULTS = {
-    "connect_timeout": 10, "keepalives": 1, "keepalives_idle": 10,
-    "keepalives_interval": 5, "keepalives_count": 3,
-}
 
 
 def harden_connections(alias):
     """Make this process's database calls fail fast rather than hang (the supervisor's).
 
-    PostgreSQL connections get a connect timeout and TCP keepalives (unless the
-    project sets them) and a statement timeout; SQLite connections a short busy
-    timeout. Forked workers inherit the connection options but not the per-session
-    limits, which apply to this process only.
+    Connections get what their database has for it (``Database.harden``: on PostgreSQL
+    a connect timeout and TCP keepalives, unless the project sets them) and per-session
+    limits (``Database.limit_waits``: a statement timeout, SQLite's busy timeout).
+    Forked workers inherit the connection options but not the per-session limits,
+    which apply to this process only.
     """
-    settings_dict = connections[alias].settings_dict
-    if connections[alias].vendor == "postgresql":
-        options = settings_dict.setdefault("OPTIONS", {})
-        for name, value in POSTGRES_CONNECTION_DEFAULTS.items():
-            options.setdefault(name, value)
+    database = database_of(alias)
+    database.harden(connections[alias].settings_dict)
     owner = os.getpid()
 
     def limit_waits(sender, connection, **kwargs):
         if os.getpid() != owner or connection.alias != alias:
             return
         with connection.cursor() as cursor:
-            if connection.vendor == "sqlite":
-                cursor.execute(f"PRAGMA busy_timeout = {int(SUPERVISOR_WAIT_SECONDS * 1000)}")
-            elif connection.vendor == "postgresql":
-                cursor.execute(f"SET statement_timeout = '{SUPERVISOR_STATEMENT_TIMEOUT_SECONDS}s'")
+            database.limit_waits(cursor, lock_wait_seconds=SUPERVISOR_WAIT_SECONDS,
+                                 statement_seconds=SUPERVISOR_STATEMENT_TIMEOUT_SECONDS)
 
     connection_created.connect(limit_waits, weak=False, dispatch_uid=f"atp.supervisor.{alias}")
 

@@ -1,7 +1,9 @@
-"""Being woken when tasks become runnable: LISTEN on PostgreSQL, a doorbell socket on a
-SQLite file (``atp.engine.doorbell``), nothing elsewhere.
+"""Being woken when tasks become runnable, by the database's ``wakeup``
+(``atp.engine.databases``): LISTEN where it has a notification channel (PostgreSQL), a
+doorbell socket where the daemons share a host with the database's file
+(``atp.engine.doorbell``, SQLite), nothing where they can only poll.
 
-The PostgreSQL listener has a connection of its own, in autocommit mode, apart from
+The LISTEN listener has a connection of its own, in autocommit mode, apart from
 the one Django uses for queries. It is closed before the supervisor forks a worker (a
 child must never inherit a live libpq connection) and opened again on the next round.
 The doorbell socket stays open; the workers close their copy.
@@ -13,6 +15,7 @@ import time
 from django.db import connections
 
 from atp.engine import doorbell
+from atp.engine.databases import database_of
 from atp.engine.notify import QUEUE_CHANNEL
 
 logger = logging.getLogger(__name__)
@@ -37,8 +40,12 @@ class Listener:
         self.is_failing = False
 
     @property
+    def database(self):
+        return database_of(self.alias)
+
+    @property
     def is_supported(self):
-        return connections[self.alias].vendor in ("postgresql", "sqlite")
+        return self.database.wakeup != "poll"
 
     @property
     def is_listening(self):
@@ -50,15 +57,13 @@ class Listener:
             return
         if time.monotonic() < self.retry_at:
             return
-        if connections[self.alias].vendor == "sqlite":
+        if self.database.wakeup == "doorbell":
             self._bind_doorbell()
             return
         import psycopg
 
         try:
-            params = connections[self.alias].get_connection_params()
-            connection = psycopg.connect(**params, autocommit=True)
-            connection.execute(f"LISTEN {QUEUE_CHANNEL}")
+            connection = self.database.listen(connections[self.alias], QUEUE_CHANNEL)
         except psycopg.Error as exc:
             self.retry_at = time.monotonic() + RECONNECT_SECONDS
             if not self.is_failing:
@@ -71,7 +76,7 @@ class Listener:
         self.connection = connection
 
     def _bind_doorbell(self):
-        path = doorbell.directory(connections[self.alias])
+        path = self.database.doorbell_directory(connections[self.alias])
         if path is None:
             self.retry_at = float("inf")  # an in-memory database: nobody else can ring
             return

@@ -12,34 +12,28 @@ A queue row that does not match its task (see ``atp.invariants``) is repaired an
 skipped, never allowed to fail the whole batch.
 """
 
-import collections
 import datetime
 import logging
-import math
 
 from django.db import connections
-from django.db.models import Count, F, OuterRef, Subquery
+from django.db.models import DateTimeField, ExpressionWrapper, F, OuterRef, Subquery, Value
 from django.db.models.functions import Now
 
 from atp import registry
 from atp.conf import conf
-from atp.db import database_now, run_in_transaction
-from atp.engine import postgresql
+from atp.db import database_now
 from atp.engine.base import daemon_label, database, pk_of, queue_write
 from atp.engine.engines import engine
-from atp.engine.lifecycle import settle, start_attempt
 from atp.engine.locks import for_update, lock_task
-from atp.engine.sql import CLAIM_INDEX, check_start
+from atp.engine.sql import CLAIM_ORDER, check_start
 from atp.engine.transitions import move, write_history
-from atp.exceptions import DaemonStopped, InvalidParameter, TaskTypeNotFound
+from atp.exceptions import InvalidParameter, TaskTypeNotFound
 from atp.models import Daemon, Instance, LogRecord, Task, Type
 from atp.rates import seconds_to_token, tokens_now
 from atp.states import IN_FLIGHT, TERMINAL, Status
 
 logger = logging.getLogger(__name__)
 
-#: Claim order; ``atp_task_claim_idx`` has these columns in this order.
-CLAIM_ORDER = ("-priority", "not_before", "instance_id")
 
 
 def dequeue(daemon, limit=1, *, types=None):
@@ -60,7 +54,7 @@ def dequeue(daemon, limit=1, *, types=None):
     limits = claimable_types(types)
     if not limits:
         return []
-    return _claim(daemon, limit, limits)
+    return _claim(daemon, limit, list(limits), limited=any(limits.values()))
 
 
 def claim_for_daemon(daemon, limit, type_ids, *, start=0, limited=False):
@@ -75,15 +69,8 @@ def claim_for_daemon(daemon, limit, type_ids, *, start=0, limited=False):
     them was last seen with a concurrency limit (the PostgreSQL engine then claims
     within limits at once). Raise ``DaemonStopped``.
     """
-    start = check_start(start)
-    claimed = _claim_with_engine(daemon, limit, list(type_ids), start, inputs=True,
-                                 limited=limited)
-    if claimed is not None:
-        return claimed
-    limits = _limited(Type.objects.filter(pk__in=type_ids, is_paused=False, pull=False))
-    if not limits:
-        return []
-    return _claim_with_locks(daemon, limit, limits, start, inputs=True)
+    return _claim(daemon, limit, list(type_ids), start=check_start(start), inputs=True,
+                  limited=limited)
 
 
 def settle_and_claim(daemon, outcomes, limit, type_ids, *, start, limited=False):
@@ -95,19 +82,8 @@ def settle_and_claim(daemon, outcomes, limit, type_ids, *, start, limited=False)
     ``DaemonStopped``: nothing was claimed then, and the outcomes may or may not have
     been written.
     """
-    outcomes, type_ids = list(outcomes), list(type_ids)
-    start = check_start(start)
-    fast = engine()
-    if fast is None:
-        return run_in_transaction(lambda: (
-            settle(daemon, outcomes), claim_for_daemon(daemon, limit, type_ids, start=start),
-        ), database())
-    settled, claimed = run_in_transaction(
-        lambda: fast.settle_and_claim(daemon, outcomes, limit, type_ids, start, limited),
-        database(), single_statement=fast.ONE_STATEMENT)
-    if claimed is None:  # it met a type with a concurrency limit: claim within limits
-        return settled, claim_for_daemon(daemon, limit, type_ids, start=start, limited=True)
-    instances, strays = claimed
+    settled, (instances, strays) = engine().settle_and_claim(
+        daemon, list(outcomes), limit, list(type_ids), start=check_start(start), limited=limited)
     if strays:
         _repair_strays(strays)
     return settled, instances
@@ -123,26 +99,12 @@ def next_due(type_ids, within, *, rates=False):
     type_ids = list(type_ids)
     if not type_ids:
         return None
-    due = _next_due(type_ids, within)
+    due = engine().next_due(type_ids, within)
     if rates:
         token = _next_token(type_ids)
         if token is not None and token < within:
             due = token if due is None else min(due, token)
     return due
-
-
-def _next_due(type_ids, within):
-    fast = engine()
-    if fast is not None:
-        return fast.next_due(type_ids, within)
-    bound = Now() + datetime.timedelta(seconds=within)
-    first = (Task.objects.filter(daemon__isnull=True, paused_since__isnull=True,
-                                 type_id__in=type_ids, not_before__gt=Now(),
-                                 not_before__lt=bound)
-             .order_by("not_before").values_list("not_before", flat=True).first())
-    if first is None:
-        return None
-    return max(0.0, (first - database_now(database())).total_seconds())
 
 
 def _next_token(type_ids):
@@ -202,22 +164,10 @@ def runnable_tasks(type_ids):
     return waiting
 
 
-def _claim(daemon, limit, limits):
-    limited = any(limits.values())
-    claimed = _claim_with_engine(daemon, limit, list(limits), limited=limited)
-    if claimed is not None:
-        return claimed
-    return _claim_with_locks(daemon, limit, limits)
-
-
-def _claim_with_engine(daemon, limit, type_ids, start=0, inputs=False, limited=False):
-    """Claim with the database's engine; return the tasks, or None when it has none."""
-    fast = engine()
-    if fast is None:
-        return None
-    instances, strays = run_in_transaction(
-        lambda: fast.claim(daemon, limit, type_ids, start, inputs, limited), database(),
-        single_statement=fast.ONE_STATEMENT)
+def _claim(daemon, limit, type_ids, *, start=0, inputs=False, limited=False):
+    """Claim with the engine, then repair the stray rows it found; return the tasks."""
+    instances, strays = engine().claim(daemon, limit, type_ids, start=start, inputs=inputs,
+                                       limited=limited)
     if strays:
         _repair_strays(strays)
     return instances
@@ -233,140 +183,6 @@ def _repair_strays(pks):
             repair_stray_row(pk)
 
 
-@queue_write
-def _claim_with_locks(daemon, limit, limits, start=0, inputs=False):
-    """The ORM form: lock the daemon's row, then claim, counting limited types' leases."""
-    _lock_daemon(daemon)
-    instances, strays = _claim_with_orm(daemon, limit, limits)
-    for pk in strays:
-        repair_stray_row(pk)
-    for instance in instances[:start]:
-        start_attempt(instance.pk, instance.attempt, daemon)
-    if (start or inputs) and instances:
-        position = {instance.pk: index for index, instance in enumerate(instances)}
-        related = ("type", "inputs") if inputs else ("type",)
-        instances = sorted(
-            Instance.objects.filter(pk__in=position).select_related(*related),
-            key=lambda instance: position[instance.pk])
-    return instances
-
-
-def _lock_daemon(daemon):
-    """Lock ``daemon``'s registry row against a reaper; raise ``DaemonStopped`` if it is stopped."""
-    if not for_update(Daemon.objects.filter(pk=daemon.pk, stopped__isnull=True)).exists():
-        raise DaemonStopped(f"daemon {daemon} was declared stopped; it claims nothing")
-
-
-def _free_slots(limits):
-    """Return ``(free, buckets, now)``: how many more tasks each limited type may start
-    (its ``max_concurrency`` less what runs, and the whole tokens in its bucket), the
-    tokens in the bucket of each type with a rate as of ``now`` (``atp.rates``), and
-    that moment (None without a rate)."""
-    limited = [type_id for type_id, is_limited in limits.items() if is_limited]
-    if not limited:
-        return {}, {}, None
-    # Locking the limited types' rows serialises the claims of those types across
-    # daemons, so two daemons cannot both count the last free slot, or token; what is
-    # read under the lock is the type as it is now.
-    # (FOR NO KEY UPDATE where there is one: an enqueue's foreign key does not wait.)
-    no_key = connections[database()].features.has_select_for_no_key_update
-    rows = list(Type.objects.select_for_update(no_key=no_key).filter(pk__in=limited)
-                .order_by("pk")  # in key order, as the engines lock them
-                .values_list("pk", "max_concurrency", "rate", "bucket_size", "tokens",
-                             "tokens_at"))
-    # What runs is what holds a lease: a task an operator ended or re-enqueued keeps
-    # its lease until its worker is stopped, and counts until then.
-    leased = dict(
-        Task.objects.filter(type_id__in=limited, daemon__isnull=False)
-        .values("type_id").annotate(count=Count("pk")).values_list("type_id", "count")
-    )
-    now = database_now(database()) if any(row[2] is not None for row in rows) else None
-    free, buckets = {}, {}
-    for type_id, most, rate, size, tokens, tokens_at in rows:
-        slots = []
-        if most is not None:
-            slots.append(most - leased.get(type_id, 0))
-        if rate is not None:
-            buckets[type_id] = tokens_now(rate, size, tokens, tokens_at, now)
-            slots.append(math.floor(buckets[type_id]))
-        free[type_id] = min(slots, default=0)  # none: it is limited no more, wait a round
-    return free, buckets, now
-
-
-def _spend_tokens(buckets, now, claimed_types):
-    """Take a token from each bucket (``_free_slots``, as of ``now``) per task of its type
-    claimed."""
-    spent = collections.Counter(claimed_types)
-    for type_id, tokens in buckets.items():
-        if spent[type_id]:  # a bucket none was taken from stays as it is
-            Type.objects.filter(pk=type_id).update(tokens=tokens - spent[type_id], tokens_at=now)
-
-
-def _take(limit, limits):
-    """Return ``(keys of up to limit runnable tasks in claim order, within limits,
-    their types, (the buckets of the types with a rate, as of when))``."""
-    free, buckets, now = _free_slots(limits)
-    eligible = {type_id for type_id in limits if free.get(type_id, 1) > 0}
-    taken, types = [], {}
-    while eligible and len(taken) < limit:
-        wanted = limit - len(taken)
-        rows = _runnable_keys(eligible, taken, wanted)
-        for pk, type_id in rows:
-            if type_id in free:
-                if free[type_id] <= 0:
-                    continue  # its type filled up earlier in this batch
-                free[type_id] -= 1
-                if free[type_id] == 0:
-                    eligible.discard(type_id)
-            taken.append(pk)
-            types[pk] = type_id
-        if len(rows) < wanted:
-            break
-    return taken, types, (buckets, now)
-
-
-def _runnable_keys(type_ids, taken, limit):
-    """Return ``(key, type id)`` of up to ``limit`` runnable tasks not in ``taken``, in claim order."""
-    connection = connections[database()]
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute(postgresql.CLAIM_PLAN)
-    sql, params = runnable_keys_statement(type_ids, taken, limit)
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return cursor.fetchall()
-
-
-def runnable_keys_statement(type_ids, taken, limit):
-    """Return the SQL and parameters of the claim's look for runnable tasks.
-
-    The walk down the claim index is forced (on PostgreSQL by ``postgresql.CLAIM_PLAN``,
-    set in the transaction): with missing or stale statistics either planner would
-    rather sort every waiting row.
-    """
-    rows = runnable_tasks(type_ids).exclude(instance_id__in=taken).values_list(
-        "instance_id", "type_id")[:limit]
-    connection = connections[database()]
-    sql, params = rows.query.sql_with_params()
-    if connection.vendor == "sqlite":
-        table = connection.ops.quote_name(Task._meta.db_table)
-        forced = sql.replace(f"FROM {table} ", f"FROM {table} INDEXED BY {CLAIM_INDEX} ", 1)
-        assert forced != sql, sql
-        sql = forced
-    return sql, params
-
-
-def _claim_with_orm(daemon, limit, limits):
-    """Claim with the ORM; return ``(instances in claim order, keys of stray rows)``."""
-    pks, types, (buckets, now) = _take(limit, limits)
-    if not pks:
-        return [], []
-    instances, strays = lease_rows(daemon, pks)
-    if buckets:
-        _spend_tokens(buckets, now, [types[instance.pk] for instance in instances])
-    return instances, strays
-
-
 def lease_rows(daemon, pks, *, lease=None, message=""):
     """Lease the waiting queue rows ``pks`` (locked by the caller, in claim order) to
     ``daemon``: each ACCEPTED task starts a new attempt, SCHEDULED, its lease running
@@ -378,13 +194,17 @@ def lease_rows(daemon, pks, *, lease=None, message=""):
     strays = [pk for pk in pks if states.get(pk) != Status.ACCEPTED]
     if not good:
         return [], strays
+    # One moment for the claim and its history entries, as every engine dates them: a
+    # start is never dated before it (``lifecycle.start_attempt``).
+    now = database_now(database())
     if lease is None:
-        lease = Subquery(Type.objects.filter(pk=OuterRef("type_id")).values("timeout")[:1])
-    Task.objects.filter(instance_id__in=good).update(
-        daemon=daemon, claimed=Now(), deadline=Now() + lease
-    )
+        timeout = Subquery(Type.objects.filter(pk=OuterRef("type_id")).values("timeout")[:1])
+        deadline = ExpressionWrapper(Value(now) + timeout, output_field=DateTimeField())
+    else:
+        deadline = now + lease
+    Task.objects.filter(instance_id__in=good).update(daemon=daemon, claimed=now, deadline=deadline)
     Instance.objects.filter(pk__in=good).update(
-        status=Status.SCHEDULED, attempt=F("attempt") + 1, daemon=daemon, updated=Now()
+        status=Status.SCHEDULED, attempt=F("attempt") + 1, daemon=daemon, updated=now
     )
     position = {pk: index for index, pk in enumerate(good)}
     instances = sorted(
@@ -393,7 +213,7 @@ def lease_rows(daemon, pks, *, lease=None, message=""):
     )
     label = daemon_label(daemon)
     LogRecord.objects.bulk_create(
-        LogRecord(instance=instance, time=Now(), status=Status.SCHEDULED,
+        LogRecord(instance=instance, time=now, status=Status.SCHEDULED,
                   attempt=instance.attempt, daemon=label, message=message)
         for instance in instances
     )

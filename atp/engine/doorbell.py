@@ -21,17 +21,11 @@ from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
+#: The directory of a database file's doorbell is the file's name and this
+#: (``Database.doorbell_directory``).
 SUFFIX = ".atpd"
 #: What a ring sends; the content does not matter.
 RING = b"!"
-
-
-def directory(connection):
-    """Return the doorbell directory of a SQLite ``connection``'s file, or None (in memory)."""
-    if connection.vendor != "sqlite" or connection.is_in_memory_db():
-        return None
-    name = connection.settings_dict["NAME"]
-    return Path(os.fspath(name)).resolve().with_name(Path(os.fspath(name)).name + SUFFIX)
 
 
 def ring(path):

@@ -1,44 +1,52 @@
-"""The engine of the queue's database: hand-written SQL for the verbs every task goes
-through, one module per database (``postgresql``, ``sqlite``), chosen once from the
-connection's vendor. Each module also says, by flags, what differs on its database
-(``ONE_STATEMENT``, ``NEEDS_IMMEDIATE_TRANSACTIONS``).
+"""Which engine serves the queue: chosen once per database and ``ATP_ENGINE``.
 
-An engine implements the verbs of the hot path: ``claim`` (within the types'
-concurrency limits), ``settle_and_claim``, ``settle``, ``start``, ``finish``,
-``enqueue`` and ``enqueue_many``, with the guards, history and fencing of the ORM forms
-in ``claim.py`` and ``lifecycle.py``. Those serve a database without an engine
-(MySQL/MariaDB for now, or any database with ``ATP_ENGINE = "orm"``) and the
-operators' verbs.
+Each database atp has an engine for has its module (``postgresql``, ``sqlite``) with its
+engine class; any other database, and any database with ``ATP_ENGINE = "orm"``, is
+served by the portable engine (``orm``). Every engine implements the contract
+(``atp.engine.contract``), so ``engine()`` always returns one and no caller asks which.
+Adding an engine is its module and one line in ``NATIVE``.
 """
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 
 from atp.conf import conf
-from atp.engine import postgresql, sqlite
 from atp.engine.base import database
+from atp.engine.databases import database_of
 
-#: The engine written for each database vendor.
-BY_VENDOR = {"postgresql": postgresql, "sqlite": sqlite}
+#: The values ``ATP_ENGINE`` takes.
+CHOICES = ("auto", "orm")
 
 _chosen = {}
 
 
-def engine_of(alias):
-    """Return the engine module written for database ``alias``, whether the verbs use it
-    or not (``ATP_ENGINE``, the database's version), or None: none is."""
-    return BY_VENDOR.get(connections[alias].vendor)
+def _native():
+    """Return ``{vendor: the engine class written for it}`` (imported when first asked:
+    the engines import the verbs' modules, which ask for ``engine()``)."""
+    from atp.engine import postgresql, sqlite
+
+    return {
+        "postgresql": postgresql.PostgreSQLEngine,
+        # RETURNING is needed: older SQLite libraries get the portable engine.
+        "sqlite": sqlite.SQLiteEngine if sqlite.IS_SUPPORTED else None,
+    }
+
+
+def engine_for(alias, choice="auto"):
+    """Return the engine that serves database ``alias`` under ``ATP_ENGINE = choice``."""
+    from atp.engine.orm import OrmEngine
+
+    if choice not in CHOICES:
+        raise ImproperlyConfigured(f'ATP_ENGINE is "auto" or "orm", not {choice!r}')
+    native = _native().get(connections[alias].vendor) if choice == "auto" else None
+    return (native or OrmEngine)(database_of(alias))
 
 
 def engine():
-    """Return the engine module of the queue's database, or None (the ORM forms serve)."""
+    """Return the engine of the queue's database (``atp.engine.contract.Engine``)."""
     alias = database()
     key = (alias, conf.ENGINE)
-    if key not in _chosen:
-        if conf.ENGINE not in ("auto", "orm"):
-            raise ImproperlyConfigured(f'ATP_ENGINE is "auto" or "orm", not {conf.ENGINE!r}')
-        written = engine_of(alias)
-        if conf.ENGINE == "orm" or (written is sqlite and not sqlite.IS_SUPPORTED):
-            written = None
-        _chosen[key] = written
-    return _chosen[key]
+    chosen = _chosen.get(key)
+    if chosen is None:
+        chosen = _chosen[key] = engine_for(alias, conf.ENGINE)
+    return chosen

@@ -18,9 +18,10 @@ from django.db.models.base import ModelState
 from django.utils import timezone
 
 from atp.conf import conf
-from atp.db import database_now, run_in_transaction, take_write_lock
+from atp.db import database_now, take_write_lock
 from atp.engine.base import database, queue_write
 from atp.engine.batches import current_batch_id, member_of, sealing_if_it_fails
+from atp.engine.databases import database_of
 from atp.engine.engines import engine
 from atp.engine.locks import for_update
 from atp.engine.notify import notify_runnable
@@ -120,13 +121,14 @@ def _enqueue(type_identifier, entries, priority, schedule, named=False, tag=None
     take_write_lock(database())  # before the type is read in the caller's transaction
     if named:  # the type's window as it is now, not as a Type object given was read
         type_identifier = key
-    fast = engine()
-    if fast is None or conf.MAX_QUEUED_TOTAL is not None:
+    writer = engine()
+    if conf.MAX_QUEUED_TOTAL is not None:  # every enqueue counts the queue
         task_type = get_type(type_identifier)
         encoded = [(identifier, _dump(inputs, task_type)) for identifier, inputs in entries]
         return _insert(task_type, encoded, priority, schedule, named, tag)
     for attempt in range(3):
-        task_type = _types.get(key) if attempt == 0 else None
+        # A type read before serves only an engine that checks it is still as read.
+        task_type = _types.get(key) if attempt == 0 and writer.checks_type_as_read else None
         fresh = task_type is None
         if fresh:
             task_type = _types[key] = get_type(type_identifier)
@@ -148,7 +150,7 @@ def _enqueue(type_identifier, entries, priority, schedule, named=False, tag=None
             if task_type.max_queued is not None:
                 encoded = [(identifier, _dump(inputs, task_type)) for identifier, inputs in entries]
                 return _insert(task_type, encoded, priority, schedule, named, tag)
-        instances = _write(fast, task_type, encoded, priority, schedule, named, tag)
+        instances = _write(writer, task_type, encoded, priority, schedule, named, tag)
         if instances is not None:
             return instances
         _types.pop(key, None)
@@ -160,9 +162,9 @@ def _enqueue(type_identifier, entries, priority, schedule, named=False, tag=None
 _types = {}
 
 
-def _write(fast, task_type, encoded, priority, schedule, named=False, tag=None):
-    """Write the tasks with the engine ``fast`` (one statement on PostgreSQL); return them,
-    or None when ``task_type`` changed since it was read."""
+def _write(writer, task_type, encoded, priority, schedule, named=False, tag=None):
+    """Write the tasks with the engine ``writer``; return them, or None when
+    ``task_type`` changed since it was read."""
     if isinstance(schedule, datetime.datetime):
         notify = schedule <= timezone.now()
     else:
@@ -174,15 +176,12 @@ def _write(fast, task_type, encoded, priority, schedule, named=False, tag=None):
             instance = Instance(type=task_type, identifier=identifier, priority=priority,
                                 named=named, batch_id=current_batch_id(), tag=tag)
             size = len(data.encode("utf-8"))
-            rows = run_in_transaction(lambda: fast.enqueue(
-                task_type, instance, data, schedule, size, notify), database(),
-                single_statement=fast.ONE_STATEMENT)
+            rows = writer.enqueue(task_type, instance, data, schedule, size, notify)
             rows = None if rows is None else [(rows[0], identifier, rows[1])]
         else:
             identifiers, data = [list(column) for column in zip(*encoded, strict=True)]
-            rows = run_in_transaction(lambda: fast.enqueue_many(
-                task_type, identifiers, data, priority, schedule, notify, tag=tag), database(),
-                single_statement=fast.ONE_STATEMENT)
+            rows = writer.enqueue_many(task_type, identifiers, data, priority, schedule, notify,
+                                       tag=tag, named=named)
     except IntegrityError:
         raise _duplicate(task_type, encoded) from None
     if rows is None:
@@ -256,11 +255,10 @@ def _check_depth(task_type, count):
     if total is None and most is None:
         return
     connection = connections[database()]
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)",
-                           [DEPTH_LOCK, 0 if total is not None else task_type.pk])
-    elif most is not None and connection.vendor != "sqlite":
+    with connection.cursor() as cursor:
+        locked = database_of(connection).lock_counting(
+            cursor, (DEPTH_LOCK, 0 if total is not None else task_type.pk))
+    if not locked and most is not None:
         list(for_update(Type.objects.filter(pk=task_type.pk)).values_list("pk"))
     if most is not None:
         depth = Task.objects.filter(type=task_type).count()

@@ -20,7 +20,7 @@ from django.db import transaction
 from django.db.models import DateTimeField, ExpressionWrapper, F, Subquery
 from django.db.models.functions import Greatest, Now
 
-from atp.db import database_now, run_in_transaction
+from atp.db import database_now
 from atp.engine.base import database, pk_of, queue_write
 from atp.engine.engines import engine
 from atp.engine.locks import lock_task
@@ -54,17 +54,7 @@ def start(instance, *, attempt=None, daemon=None, by=None):
 
 def start_and_load(instance, *, attempt, daemon=None):
     """Start attempt ``attempt`` of a task; return the task with its type and inputs loaded."""
-    pk = pk_of(instance)
-    if (fast := engine()) is not None:
-        return run_in_transaction(lambda: fast.start(pk, attempt, daemon), database(),
-                                  single_statement=fast.ONE_STATEMENT)
-    return _start_and_load(pk, attempt, daemon)
-
-
-@queue_write
-def _start_and_load(pk, attempt, daemon):
-    start_attempt(pk, attempt, daemon)
-    return Instance.objects.select_related("type", "inputs").get(pk=pk)
+    return engine().start(pk_of(instance), attempt, daemon)
 
 
 def start_attempt(pk, attempt, daemon, by=None, *, seconds_ago=None):
@@ -74,11 +64,10 @@ def start_attempt(pk, attempt, daemon, by=None, *, seconds_ago=None):
     prefetched task whose start is written after it began.
     """
     at = Now()
-    if seconds_ago:  # never before the entry of its claim
-        last = LogRecord.objects.filter(instance_id=pk, attempt=attempt,
-                                        status=Status.SCHEDULED).values("time")[:1]
+    if seconds_ago:  # never before its claim (``Task.claimed``), as every engine dates it
+        claimed = queue_row(pk).values("claimed")[:1]
         at = Greatest(ExpressionWrapper(Now() - datetime.timedelta(seconds=seconds_ago),
-                                        output_field=DateTimeField()), Subquery(last))
+                                        output_field=DateTimeField()), Subquery(claimed))
     return move(
         pk, Status.RUNNING, sources={Status.SCHEDULED}, attempt=attempt,
         changes={"started": at}, daemon=daemon, by=by, at=at,
@@ -95,15 +84,14 @@ def finish(instance, message="", *, attempt=None, daemon=None, response=None,
     lease until it has stopped the worker.
     """
     pk = pk_of(instance)
-    if attempt is not None and (fast := engine()) is not None:
-        return run_in_transaction(
-            lambda: fast.finish(pk, attempt, message, daemon, response, content_type),
-            database(), single_statement=fast.ONE_STATEMENT)
-    return _finish(pk, message, attempt, daemon, response, content_type, by)
+    if attempt is not None:  # a daemon's: its engine's
+        return engine().finish(pk, attempt, message, daemon, response, content_type)
+    return finish_in_transaction(pk, message, attempt, daemon, response, content_type, by)
 
 
 @queue_write
-def _finish(pk, message, attempt, daemon, response, content_type, by):
+def finish_in_transaction(pk, message, attempt, daemon, response, content_type, by=None):
+    """``finish``'s portable form, in the caller's (or its own) transaction."""
     _leave_queue(pk, attempt, Status.FINISHED)
     if response is not None:
         store_response(pk, response, content_type)
@@ -125,14 +113,12 @@ def settle(daemon, outcomes):
     outcomes = list(outcomes)
     if not outcomes:
         return set()
-    if (fast := engine()) is not None:
-        return run_in_transaction(lambda: fast.settle(daemon, outcomes), database(),
-                                  single_statement=fast.ONE_STATEMENT)
-    return _settle(daemon, outcomes)
+    return engine().settle(daemon, outcomes)
 
 
-@queue_write
-def _settle(daemon, outcomes):
+def settle_each(daemon, outcomes):
+    """``settle``'s portable form, in the caller's transaction: each outcome in a
+    savepoint of its own, so that one refused leaves the others written."""
     written = set()
     for outcome in outcomes:
         try:

@@ -4,13 +4,14 @@ A drained queue costs a claim, a start and a finish per task. Written with the O
 they take 3 to 6 statements each, and the daemon's time goes to round trips and query
 compilation. On PostgreSQL each is a single statement of data-modifying common table
 expressions, run in the same queue transaction, with the same guards, the same history
-and the same locking order (queue row before task row) as the ORM forms in
-``claim.py`` and ``lifecycle.py``, which operators' verbs, types with a concurrency
-limit and other databases use. So is a single enqueue, sent with its NOTIFY in one
-round trip. The test suite runs on both, so both forms are held to the same behaviour.
+and the same locking order (queue row before task row) as the portable engine
+(``orm``) and the operators' verbs. So is a single enqueue, sent with its NOTIFY in one
+round trip. ``PostgreSQLEngine`` implements the contract (``atp.engine.contract``); the
+test suite runs on it and on the ``orm`` engine, held to the same behaviour.
 """
 
 import datetime
+import sys
 
 from django.db import connections, transaction
 
@@ -20,17 +21,20 @@ from atp.engine.batches import current_batch_id
 from atp.engine.notify import QUEUE_CHANNEL
 from atp.engine.records import response_limit
 from atp.engine.sql import (
+    CLAIM_ORDER_SQL,
     INPUTS,
     INSTANCE,
     LOG_COLUMNS,
     RESPONSE,
     TASK,
     TYPE,
+    StatementsEngine,
     build,
     check_start,
     columns,
     one_of,
     stored_fields,
+    type_as_read,
     width,
 )
 from atp.engine.transitions import refusal
@@ -47,9 +51,6 @@ DAEMON = Daemon._meta.db_table
 #: An engine whose verbs are one statement each: they run in autocommit mode (one round
 #: trip), or in a savepoint of the caller's transaction.
 ONE_STATEMENT = True
-#: Whether a project's own transactions should take the write lock when they begin
-#: (see the SQLite engine): not here, where rows are locked one by one.
-NEEDS_IMMEDIATE_TRANSACTIONS = False
 
 # The types the claim may take: those of ``%(types)s`` not paused. The order of locks
 # is the one of ``atp.engine.locks``: the daemon's row (KEY SHARE, which the leases'
@@ -86,14 +87,13 @@ kinds AS (
 _WAITING = f"""FROM {TASK}
     WHERE daemon_id IS NULL AND paused_since IS NULL AND not_before <= STATEMENT_TIMESTAMP()
         AND EXISTS (SELECT 1 FROM alive)"""
-_CLAIM_ORDER = "ORDER BY priority DESC, not_before, instance_id"
 _PICKED = f"""
 limited AS (
     SELECT 1 FROM kinds WHERE is_limited LIMIT 1
 ), picked AS (
     SELECT instance_id, priority, not_before {_WAITING}
         AND type_id = ANY(ARRAY(SELECT id FROM kinds)) AND NOT EXISTS (SELECT 1 FROM limited)
-    {_CLAIM_ORDER} LIMIT %(limit)s
+    {CLAIM_ORDER_SQL} LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ),"""
 
@@ -127,18 +127,18 @@ limited AS (
 ), unlimited AS (
     SELECT instance_id, priority, not_before {_WAITING}
         AND type_id = ANY(ARRAY(SELECT id FROM kinds WHERE NOT is_limited))
-    {_CLAIM_ORDER} LIMIT %(limit)s
+    {CLAIM_ORDER_SQL} LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ), within AS (
     SELECT w.instance_id, w.priority, w.not_before FROM quota q CROSS JOIN LATERAL (
         SELECT instance_id, priority, not_before {_WAITING} AND type_id = q.id
-        {_CLAIM_ORDER} LIMIT q.free
+        {CLAIM_ORDER_SQL} LIMIT q.free
         FOR UPDATE SKIP LOCKED) w
 ), picked AS (
     SELECT instance_id, priority, not_before FROM unlimited
     UNION ALL
     SELECT instance_id, priority, not_before FROM within
-    {_CLAIM_ORDER} LIMIT %(limit)s
+    {CLAIM_ORDER_SQL} LIMIT %(limit)s
 ),"""
 
 
@@ -155,7 +155,7 @@ def _claim_steps(picked, *, spends=False):
 )"""
     return f"""{_KINDS_AND_ALIVE}{picked}
 ranked AS (
-    SELECT instance_id, row_number() OVER ({_CLAIM_ORDER}) <= %(start)s AS starts
+    SELECT instance_id, row_number() OVER ({CLAIM_ORDER_SQL}) <= %(start)s AS starts
     FROM picked
 ), scheduled AS (
     UPDATE {INSTANCE} i
@@ -634,19 +634,6 @@ def _insert(model, obj, connection, expressions):
     return sql, params
 
 
-def _type_as_read(task_type, size, named=False):
-    """Return the SQL selecting ``task_type`` only while it is as read: same identifier,
-    format and kind (pull or not), a limit inputs of ``size`` bytes fit in, no
-    ``max_queued`` (an enqueue within one counts the queue, see ``enqueue``), and for a
-    ``named`` task no ``dedup_window`` (one is checked by the ORM form). Otherwise an
-    enqueue writes nothing and its caller reads the type again."""
-    window = " AND dedup_window IS NULL" if named else ""
-    return (f"SELECT 1 FROM {TYPE} WHERE id = %s AND identifier = %s AND input_format = %s "
-            f"AND COALESCE(max_input_bytes, %s) >= %s AND max_queued IS NULL AND pull = %s{window}",
-            [task_type.pk, task_type.identifier, task_type.input_format, conf.MAX_INPUT_BYTES,
-             size, task_type.pull])
-
-
 def _not_before(value):
     """Return the SQL of a queue row's ``not_before``: a datetime, or a delay from its creation."""
     if isinstance(value, datetime.datetime):
@@ -669,7 +656,7 @@ def enqueue(task_type, instance, data, not_before, size, notify):
     record = LogRecord(status=Status.ACCEPTED, message="enqueued")
     now = "STATEMENT_TIMESTAMP()"
     parts = [
-        _type_as_read(task_type, size, instance.named),
+        type_as_read(task_type, size, instance.named),
         _insert(Instance, instance, connection, {"created": now, "updated": now}),
         _insert(Task, task, connection, {"instance_id": "new.id", "enqueued": "new.created",
                                          "not_before": _not_before(not_before)}),
@@ -695,15 +682,17 @@ def enqueue(task_type, instance, data, not_before, size, notify):
     return row
 
 
-def enqueue_many(task_type, identifiers, data, priority, not_before, notify, tag=None):
+def enqueue_many(task_type, identifiers, data, priority, not_before, notify, tag=None,
+                 named=False):
     """Write many tasks of ``task_type`` in one statement: the rows of each table come
     from arrays (``unnest``), so the cost per task is the database's, not the ORM's.
+    ``named``: the identifiers were given, not drawn.
 
     Return ``(key, identifier, creation time)`` per task, or None when ``task_type``
     changed since it was read. Raise ``IntegrityError`` for a live duplicate.
     """
     connection = connections[database()]
-    template = Instance(type=task_type, identifier="", priority=priority,
+    template = Instance(type=task_type, identifier="", priority=priority, named=named,
                         batch_id=current_batch_id(), tag=tag)
     task = Task(type=task_type, identifier="", priority=priority, tag=tag)
     inputs = Inputs(input_format=task_type.input_format, data="")
@@ -711,7 +700,7 @@ def enqueue_many(task_type, identifiers, data, priority, not_before, notify, tag
     now = "STATEMENT_TIMESTAMP()"
     size = max((len(item.encode("utf-8")) for item in data), default=0)
     parts = [
-        _type_as_read(task_type, size),
+        type_as_read(task_type, size, named),
         _insert(Instance, template, connection,
                 {"created": now, "updated": now, "identifier": "batch.identifier"}),
         _insert(Task, task, connection, {"instance_id": "new.id", "enqueued": "new.created",
@@ -746,3 +735,22 @@ def enqueue_many(task_type, identifiers, data, priority, not_before, notify, tag
             cursor.execute(f"NOTIFY {QUEUE_CHANNEL}")
     created = next(created for _, _, created in rows if created is not None)
     return [(pk, identifier, created) for pk, identifier, _ in rows]
+
+
+class PostgreSQLEngine(StatementsEngine):
+    """Each verb one statement (data-modifying common table expressions), prepared once
+    per connection; a claim within limits locks the limited types first."""
+
+    name = "postgresql"
+    one_statement = ONE_STATEMENT
+    statements = sys.modules[__name__]
+
+    def claim(self, daemon, limit, type_ids, *, start=0, inputs=False, limited=False):
+        return self.transaction(lambda: claim(daemon, limit, type_ids, start, inputs, limited))
+
+    def settle_and_claim(self, daemon, outcomes, limit, type_ids, *, start, limited=False):
+        settled, claimed = self.transaction(
+            lambda: settle_and_claim(daemon, outcomes, limit, type_ids, start, limited))
+        if claimed is None:  # it met a type with a limit: claim within limits
+            claimed = self.claim(daemon, limit, type_ids, start=start, inputs=True, limited=True)
+        return settled, claimed

@@ -4,6 +4,7 @@ table and column names, and models built from the rows a statement returns."""
 from django.db import connections
 
 from atp.engine.base import database
+from atp.engine.contract import Engine
 from atp.models import Inputs, Instance, LogRecord, Response, Task, Type
 
 TASK, INSTANCE = Task._meta.db_table, Instance._meta.db_table
@@ -12,6 +13,34 @@ INPUTS, RESPONSE = Inputs._meta.db_table, Response._meta.db_table
 
 #: The partial index of waiting queue rows, in claim order (``Task.Meta.indexes``).
 CLAIM_INDEX = "atp_task_claim_idx"
+#: Claim order, the one every engine claims in: highest priority first, then the task
+#: runnable longest, then the oldest. ``atp_task_claim_idx`` has these columns in this
+#: order (``Task.Meta.indexes``).
+CLAIM_ORDER = ("-priority", "not_before", "instance_id")
+#: The same as an SQL clause.
+CLAIM_ORDER_SQL = "ORDER BY " + ", ".join(
+    f"{name[1:]} DESC" if name.startswith("-") else name for name in CLAIM_ORDER)
+
+#: Selects the task type only while it is as an enqueue read it: same identifier, format
+#: and kind (pull or not), a limit the inputs fit in, no ``max_queued`` (an enqueue
+#: within one counts the queue, the portable form). Otherwise the enqueue writes
+#: nothing and its caller reads the type again (``type_as_read``).
+TYPE_AS_READ = (f"SELECT 1 FROM {TYPE} WHERE id = %s AND identifier = %s AND input_format = %s "
+                "AND COALESCE(max_input_bytes, %s) >= %s AND max_queued IS NULL AND pull = %s")
+#: The same for a task named by its caller: and no ``dedup_window`` (the portable form
+#: checks one).
+NAMED_TYPE_AS_READ = TYPE_AS_READ + " AND dedup_window IS NULL"
+
+
+def type_as_read(task_type, size, named=False):
+    """Return the statement and parameters of ``TYPE_AS_READ`` (``NAMED_TYPE_AS_READ``
+    with ``named``) for ``task_type`` and inputs of ``size`` bytes."""
+    from atp.conf import conf
+
+    return (NAMED_TYPE_AS_READ if named else TYPE_AS_READ,
+            [task_type.pk, task_type.identifier, task_type.input_format, conf.MAX_INPUT_BYTES,
+             size, task_type.pull])
+
 
 #: A history entry a daemon writes: no person made it (actor is empty).
 LOG_COLUMNS = f"INSERT INTO {LOG} (instance_id, time, status, attempt, message, daemon, actor)"
@@ -72,3 +101,34 @@ def check_start(start):
     if isinstance(start, bool) or not isinstance(start, int) or start < 0:
         raise ValueError(f"a claim starts a non-negative number of tasks, not {start!r}")
     return start
+
+
+class StatementsEngine(Engine):
+    """An engine whose verbs are the functions of a module of hand-written statements
+    (``postgresql``, ``sqlite``), each run as one of the engine's transactions. A
+    subclass names the module and writes the claims, where the two differ."""
+
+    #: The module of statements.
+    statements = None
+
+    def settle(self, daemon, outcomes):
+        return self.transaction(lambda: self.statements.settle(daemon, outcomes))
+
+    def start(self, pk, attempt, daemon):
+        return self.transaction(lambda: self.statements.start(pk, attempt, daemon))
+
+    def finish(self, pk, attempt, message, daemon, response, content_type):
+        return self.transaction(lambda: self.statements.finish(
+            pk, attempt, message, daemon, response, content_type))
+
+    def enqueue(self, task_type, instance, data, not_before, size, notify):
+        return self.transaction(lambda: self.statements.enqueue(
+            task_type, instance, data, not_before, size, notify))
+
+    def enqueue_many(self, task_type, identifiers, data, priority, not_before, notify, *,
+                     tag=None, named=False):
+        return self.transaction(lambda: self.statements.enqueue_many(
+            task_type, identifiers, data, priority, not_before, notify, tag=tag, named=named))
+
+    def next_due(self, type_ids, within):
+        return self.statements.next_due(type_ids, within)

@@ -5,9 +5,10 @@ Written with the ORM, each verb compiles 3 to 6 queries every time it runs, and 
 daemon and its workers spend most of their time compiling. Here each verb is a few
 statements whose text is built once, run in one immediate transaction (SQLite's single
 write lock serialises them with every other writer), with the same guards, history and
-fencing as the ORM forms, which other databases and the operators' verbs use. SQLite
-has no data-modifying common table expressions, but has ``UPDATE ... RETURNING`` (3.35
-and newer; older libraries use the ORM forms).
+fencing as the portable engine (``orm``) and the operators' verbs. SQLite has no
+data-modifying common table expressions, but has ``UPDATE ... RETURNING`` (3.35 and
+newer; older libraries get the ``orm`` engine). ``SQLiteEngine`` implements the
+contract (``atp.engine.contract``).
 
 On SQLite the database clock is this host's clock (the library runs in this process),
 so one reading of it (``timezone.now()``) serves every timestamp a verb writes.
@@ -17,28 +18,31 @@ import collections
 import datetime
 import math
 import sqlite3
+import sys
 
 from django.db import connections
 from django.utils import timezone
 
-from atp.conf import conf
 from atp.engine.base import daemon_label, database
 from atp.engine.batches import current_batch_id
 from atp.engine.notify import notify_runnable
 from atp.engine.records import response_limit
 from atp.engine.sql import (
     CLAIM_INDEX,
+    CLAIM_ORDER_SQL,
     INPUTS,
     INSTANCE,
     LOG_COLUMNS,
     RESPONSE,
     TASK,
     TYPE,
+    StatementsEngine,
     build,
     check_start,
     columns,
     one_of,
     stored_fields,
+    type_as_read,
 )
 from atp.engine.transitions import refusal
 from atp.exceptions import DaemonStopped
@@ -51,10 +55,6 @@ from atp.states import Status, sources_of
 IS_SUPPORTED = sqlite3.sqlite_version_info >= (3, 35)
 #: Its verbs are several statements: they run in an immediate transaction.
 ONE_STATEMENT = False
-#: Whether a project's own transactions should take the write lock when they begin
-#: (``OPTIONS["transaction_mode"]``, atp.W001): a deferred one that read first cannot
-#: wait for the lock when it comes to write, and fails with "database is locked".
-NEEDS_IMMEDIATE_TRANSACTIONS = True
 
 DAEMON = Daemon._meta.db_table
 
@@ -92,7 +92,6 @@ def _schedule_statement(count, start):
     )
 
 
-_CLAIM_ORDER = "ORDER BY priority DESC, not_before, instance_id"
 
 
 def _waiting_statement(type_count, *, columns="instance_id"):
@@ -101,7 +100,7 @@ def _waiting_statement(type_count, *, columns="instance_id"):
     return (
         f"SELECT {columns} FROM {TASK} INDEXED BY {CLAIM_INDEX} "
         "WHERE daemon_id IS NULL AND paused_since IS NULL AND not_before <= %s "
-        f"AND {_in('type_id', range(type_count))} {_CLAIM_ORDER} LIMIT %s"
+        f"AND {_in('type_id', range(type_count))} {CLAIM_ORDER_SQL} LIMIT %s"
     )
 
 
@@ -116,7 +115,7 @@ def _waiting_within_limits(free_types, limited_types):
     if free_types:
         parts.insert(0, part.format(_waiting_statement(
             free_types, columns="instance_id, priority, not_before")))
-    return f"SELECT instance_id FROM ({' UNION ALL '.join(parts)}) {_CLAIM_ORDER} LIMIT %s"
+    return f"SELECT instance_id FROM ({' UNION ALL '.join(parts)}) {CLAIM_ORDER_SQL} LIMIT %s"
 
 
 LEASES = f"SELECT type_id, count(*) FROM {TASK} WHERE daemon_id IS NOT NULL AND "
@@ -126,12 +125,11 @@ LEASE = f"UPDATE {TASK} SET daemon_id = %s, claimed = %s, deadline = %s WHERE in
 LOG_ROW = f"{LOG_COLUMNS} VALUES (%s, %s, %s, %s, %s, %s, '')"
 
 
-def claim(daemon, limit, type_ids, start=0, inputs=False, limited=False):
+def claim(daemon, limit, type_ids, start=0, inputs=False):
     """Lease and schedule up to ``limit`` runnable tasks of the types ``type_ids``, within
     their concurrency limits; return ``(instances, strays)``. The first ``start`` tasks
     in claim order are started too (RUNNING, after their SCHEDULED history entry). With
-    ``inputs`` they come with their inputs. ``limited`` is the PostgreSQL engine's
-    hint; here every claim reads the limits.
+    ``inputs`` they come with their inputs. Every claim reads the limits.
 
     Run it in an immediate transaction. Raise ``DaemonStopped``.
     """
@@ -393,7 +391,7 @@ def settle(daemon, outcomes):
     return written
 
 
-def settle_and_claim(daemon, outcomes, limit, type_ids, start, limited=False):
+def settle_and_claim(daemon, outcomes, limit, type_ids, start):
     """``settle`` then ``claim`` (starting ``start`` tasks, all with their inputs); return
     ``(keys of the tasks settled, what claim returns)``. Run it in an immediate
     transaction: one commit for both (the claim counts the leases the settle ended)."""
@@ -425,12 +423,6 @@ def _row(model, connection, given):
     return row
 
 
-#: See ``postgresql._type_as_read``.
-TYPE_AS_READ = (f"SELECT 1 FROM {TYPE} WHERE id = %s AND identifier = %s AND input_format = %s "
-                "AND COALESCE(max_input_bytes, %s) >= %s AND max_queued IS NULL AND pull = %s")
-NAMED_TYPE_AS_READ = TYPE_AS_READ + " AND dedup_window IS NULL"
-
-
 def enqueue_many(task_type, identifiers, data, priority, not_before, notify, tag=None,
                  named=False):
     """Write tasks of ``task_type`` (an identifier and encoded inputs each): instance, queue
@@ -444,9 +436,7 @@ def enqueue_many(task_type, identifiers, data, priority, not_before, notify, tag
     start = not_before if not isinstance(not_before, datetime.timedelta) else moment + not_before
     size = max((len(item.encode("utf-8")) for item in data), default=0)
     with connection.cursor() as cursor:
-        cursor.execute(NAMED_TYPE_AS_READ if named else TYPE_AS_READ, [
-            task_type.pk, task_type.identifier, task_type.input_format, conf.MAX_INPUT_BYTES,
-            size, task_type.pull])
+        cursor.execute(*type_as_read(task_type, size, named))
         if cursor.fetchone() is None:
             return None
         keys = _insert_instances(cursor, connection, identifiers, {
@@ -516,3 +506,19 @@ def enqueue(task_type, instance, data, not_before, size, notify):
     rows = enqueue_many(task_type, [instance.identifier], [data], instance.priority, not_before,
                         notify, tag=instance.tag, named=instance.named)
     return None if rows is None else rows[0][::2]
+
+
+class SQLiteEngine(StatementsEngine):
+    """Each verb a few statements built once, in one immediate transaction (the
+    database's single write lock serialises them with every other writer)."""
+
+    name = "sqlite"
+    one_statement = ONE_STATEMENT
+    statements = sys.modules[__name__]
+
+    def claim(self, daemon, limit, type_ids, *, start=0, inputs=False, limited=False):
+        return self.transaction(lambda: claim(daemon, limit, type_ids, start, inputs))
+
+    def settle_and_claim(self, daemon, outcomes, limit, type_ids, *, start, limited=False):
+        return self.transaction(
+            lambda: settle_and_claim(daemon, outcomes, limit, type_ids, start))

@@ -8,6 +8,8 @@ burst. Other databases have no such settings.
 
 from django.db import migrations
 
+from atp.engine.databases import database_of
+
 #: Vacuum after 1,000 dead rows and analyze after 1,000 + 5 % changed rows, whatever
 #: the table's size, and never throttle the vacuum of this small, hot table.
 QUEUE_TABLE_STORAGE = {
@@ -22,14 +24,13 @@ QUEUE_TABLE_STORAGE = {
 
 
 def set_storage(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
-        options = ", ".join(f"{name} = {value}" for name, value in QUEUE_TABLE_STORAGE.items())
-        schema_editor.execute(f"ALTER TABLE atp_task SET ({options})")
+    database_of(schema_editor.connection).set_table_storage(
+        schema_editor, "atp_task", QUEUE_TABLE_STORAGE)
 
 
 def reset_storage(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(f"ALTER TABLE atp_task RESET ({', '.join(QUEUE_TABLE_STORAGE)})")
+    database_of(schema_editor.connection).reset_table_storage(
+        schema_editor, "atp_task", list(QUEUE_TABLE_STORAGE))
 
 
 class Migration(migrations.Migration):

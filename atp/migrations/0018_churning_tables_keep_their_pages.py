@@ -13,20 +13,22 @@ on demand. Other databases have no such setting.
 
 from django.db import migrations
 
+from atp.engine.databases import database_of
+
 #: Written and purged by every task: the queue, the task, its inputs, response, history.
 CHURNING_TABLES = ("atp_task", "atp_instance", "atp_inputs", "atp_response", "atp_logrecord")
 
 
 def keep_pages(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
-        for table in CHURNING_TABLES:
-            schema_editor.execute(f"ALTER TABLE {table} SET (vacuum_truncate = false)")
+    database = database_of(schema_editor.connection)
+    for table in CHURNING_TABLES:
+        database.set_table_storage(schema_editor, table, {"vacuum_truncate": "false"})
 
 
 def let_go_of_pages(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
-        for table in CHURNING_TABLES:
-            schema_editor.execute(f"ALTER TABLE {table} RESET (vacuum_truncate)")
+    database = database_of(schema_editor.connection)
+    for table in CHURNING_TABLES:
+        database.reset_table_storage(schema_editor, table, ["vacuum_truncate"])
 
 
 class Migration(migrations.Migration):

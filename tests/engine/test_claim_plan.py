@@ -15,7 +15,7 @@ from django.db import connection
 import atp
 from atp import engine
 from atp.engine import postgresql
-from atp.engine.claim import runnable_keys_statement
+from atp.engine.orm import runnable_keys_statement
 from atp.models import Type
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]
@@ -127,9 +127,8 @@ def test_a_claim_with_a_concurrency_limit_walks_the_claim_index_too(postgres_onl
     atp.register_task_type("tests.noop", "tests.handlers.noop", max_concurrency=5)
     _enqueue(WAITING)
     _forget_statistics()
-    sql, params = runnable_keys_statement([noop_type.pk], [], 8)
     with connection.cursor() as cursor:
-        cursor.execute(postgresql.CLAIM_PLAN)
+        sql, params = runnable_keys_statement([noop_type.pk], [], 8, cursor)  # CLAIM_PLAN set
         cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
         plan = cursor.fetchone()[0]
     plan = plan if isinstance(plan, list) else json.loads(plan)
@@ -147,8 +146,8 @@ def test_the_claim_walks_the_claim_index_on_sqlite(noop_type, statistics):
     if statistics == "analyzed while empty":
         _analyze_while_empty()
     _enqueue(20_000)
-    sql, params = runnable_keys_statement([noop_type.pk], [], 8)
     with connection.cursor() as cursor:
+        sql, params = runnable_keys_statement([noop_type.pk], [], 8, cursor)
         cursor.execute(f"EXPLAIN QUERY PLAN {sql}", params)
         plan = " | ".join(str(row[-1]) for row in cursor.fetchall())
     assert "USING INDEX atp_task_claim_idx" in plan, plan
@@ -200,7 +199,7 @@ def test_the_plan_kept_for_the_daemons_round_reads_each_row_by_its_key(
     from atp.engine.engines import engine as chosen
     from atp.engine.outcomes import Outcome
 
-    if chosen() is not postgresql:
+    if chosen().name != "postgresql":
         pytest.skip("the PostgreSQL engine's statement")
     if limited:
         atp.register_task_type("tests.noop", "tests.handlers.noop", max_concurrency=50)

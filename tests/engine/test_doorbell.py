@@ -8,6 +8,7 @@ from django.db import connection, transaction
 
 import atp
 from atp.engine import doorbell
+from atp.engine.databases import database_of
 
 
 @pytest.fixture
@@ -49,7 +50,7 @@ def test_nothing_rings_where_no_daemon_ever_listened(tmp_path):
 def test_an_enqueue_rings_once_it_commits_and_never_for_a_rollback(noop_type):
     if connection.vendor != "sqlite":
         pytest.skip("the doorbell is SQLite's")
-    bell = doorbell.Doorbell(doorbell.directory(connection))
+    bell = doorbell.Doorbell(database_of(connection).doorbell_directory(connection))
     try:
         with pytest.raises(RuntimeError), transaction.atomic():
             atp.enqueue("tests.noop")

@@ -9,7 +9,6 @@ from django.utils import timezone
 
 import atp
 from atp import engine
-from atp.engine import postgresql
 from atp.engine.engines import engine as engine_of_the_database
 from atp.exceptions import (
     InputsNotSerializable,
@@ -188,7 +187,7 @@ def test_enqueue_many_writes_one_statement_per_table(noop_type):
     # SQLite: savepoint, the write lock taken (atp.db.take_write_lock), the type as read,
     # 4 inserts, release (the ORM form: type, clock too). PostgreSQL: savepoint, one
     # statement for the 4 tables, NOTIFY, release.
-    assert len(many) == len(few) <= (4 if engine_of_the_database() is postgresql else 10)
+    assert len(many) == len(few) <= (4 if engine_of_the_database().name == "postgresql" else 10)
     # More tasks than SQLite binds in one statement: each still gets its own row and inputs.
     instances = atp.enqueue_many("tests.noop", [{"n": n} for n in range(4000)], priority=2)
     assert len({instance.pk for instance in instances}) == 4000

@@ -6,7 +6,6 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 import atp
-from atp.engine import postgresql
 from atp.engine.engines import engine
 from atp.engine.types import update_task_type
 from atp.exceptions import InputsTooLarge, TaskAlreadyExists, TaskTypeNotFound
@@ -18,7 +17,7 @@ pytestmark = [pytest.mark.django_db(transaction=True)]
 
 @pytest.fixture(autouse=True)
 def _postgresql_engine():
-    if engine() is not postgresql:
+    if engine().name != "postgresql":
         pytest.skip("the PostgreSQL engine's enqueue")
 
 

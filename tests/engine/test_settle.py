@@ -106,7 +106,7 @@ def test_settle_writes_the_start_a_prefetched_task_had_with_its_end_or_alone(noo
             Status.ACCEPTED, Status.SCHEDULED, Status.RUNNING]
         scheduled_at, started_at = steps[1][1], steps[2][1]
         assert scheduled_at <= started_at == rows[task.pk].started
-        if task is not still:  # (the ORM forms date the row and its entry apart)
+        if task is not still:  # (the orm engine dates the row and its entry apart)
             assert started_at < rows[task.pk].finished and started_at < steps[3][1]
     assert history(ended)[-1] == (Status.FINISHED, 1, "", str(daemon))
     assert history(failed)[-1] == (Status.FAILED, 1, "Traceback: boom", str(daemon))
@@ -250,7 +250,7 @@ def test_settle_and_claim_is_one_statement_on_postgresql(noop_type, daemon):
 
     from atp.engine.engines import engine as chosen
 
-    if chosen() is None or chosen().__name__ != "atp.engine.postgresql":
+    if chosen().name != "postgresql":
         pytest.skip("the PostgreSQL engine's")
     done = atp.enqueue("tests.noop")
     atp.enqueue("tests.noop")
@@ -271,7 +271,7 @@ def test_within_limits_settle_and_claim_is_two_statements_on_postgresql(db, daem
 
     from atp.engine.engines import engine as chosen
 
-    if chosen() is None or chosen().__name__ != "atp.engine.postgresql":
+    if chosen().name != "postgresql":
         pytest.skip("the PostgreSQL engine's")
     atp.register_task_type("tests.single", "tests.handlers.noop", max_concurrency=1)
     done, waiting = atp.enqueue("tests.single"), atp.enqueue("tests.single")
@@ -306,11 +306,10 @@ def test_the_daemons_statements_run_prepared_or_not(noop_type, daemon, settings,
     verbs, each planned at every run; on PostgreSQL the server then holds none of them."""
     from django.db import connection
 
-    from atp.engine import postgresql
     from atp.engine.engines import engine as chosen
 
     def held():
-        if chosen() is not postgresql:
+        if chosen().name != "postgresql":
             return 0
         with connection.cursor() as cursor:
             cursor.execute("SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE "
@@ -325,7 +324,7 @@ def test_the_daemons_statements_run_prepared_or_not(noop_type, daemon, settings,
     settled, claimed = engine.settle_and_claim(
         daemon, [Outcome.finished(done.pk, 1, None)], 1, [noop_type.pk], start=1)
     assert settled == {done.pk} and len(claimed) == 1
-    if chosen() is postgresql:
+    if chosen().name == "postgresql":
         assert held() > 0 if prepared else held() == before
 
 

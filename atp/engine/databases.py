@@ -1,0 +1,283 @@
+"""What differs from one database to the next, asked by the rest of atp instead of the vendor.
+
+A ``Database`` says what a database has beyond Django's ``features`` (which say
+whether it has row locks that skip locked rows and ``FOR NO KEY UPDATE``: ask them
+there): a wake-up channel, advisory locks, counts it can estimate. And it does what
+only it can: the statement that takes its write lock, the errors that mean "run the
+transaction again", the session limits of a daemon's connection. ``Database`` is the
+portable answer, right for any database Django supports; each database atp knows
+better has its subclass here. Nothing outside ``atp.engine`` names a vendor: it asks
+``database_of(alias)``.
+
+The engines (``atp.engine.contract``) are the other half: how the queue's verbs are
+written. An engine runs on a database; the ORM engine runs on any of them.
+"""
+
+import logging
+import os
+from contextlib import contextmanager, nullcontext
+from pathlib import Path
+
+from django.db import OperationalError, connections
+
+from atp.engine import doorbell
+
+logger = logging.getLogger(__name__)
+
+
+class Database:
+    """A database atp has no special knowledge of: what Django's backend says, and polling."""
+
+    #: How idle daemons learn that tasks became runnable: ``"notify"`` (a channel the
+    #: server delivers at commit), ``"doorbell"`` (a datagram to each daemon on this
+    #: host, ``atp.engine.doorbell``) or ``"poll"`` (they look every poll interval).
+    wakeup = "poll"
+    #: Whether the project's own transactions should take the write lock when they begin
+    #: (``atp.W001``): a deferred one that read first cannot wait for it when it writes.
+    needs_immediate_transactions = False
+    #: Whether a count of many rows is better estimated than counted (the admin's lists).
+    estimates_counts = False
+    #: SQLSTATEs of a transaction the server rolled back so that it can simply run again
+    #: (serialization failure, deadlock: the SQL standard's and PostgreSQL's).
+    retryable_sqlstates = frozenset({"40001", "40P01"})
+
+    def configure(self, connection):
+        """Set up a new connection of the project's (``connection_created``)."""
+
+    def begin(self, connection):
+        """A context in which the queue's own transactions begin on ``connection``."""
+        return nullcontext()
+
+    def take_write_lock(self, connection):
+        """Inside a caller's transaction, take the write lock before the verb reads."""
+
+    def is_retryable(self, exc):
+        """Whether the database error ``exc`` only means "busy: run the transaction again"."""
+        return getattr(exc.__cause__, "sqlstate", None) in self.retryable_sqlstates
+
+    def harden(self, settings_dict):
+        """Add to a daemon's connection settings what makes a lost server fail fast."""
+
+    def limit_waits(self, cursor, *, lock_wait_seconds, statement_seconds):
+        """Bound, for this session, how long a statement waits for a lock or runs."""
+
+    def read_snapshot(self, cursor):
+        """Make the transaction just begun on ``cursor`` read one snapshot (invariants)."""
+
+    def lock_counting(self, cursor, key):
+        """Serialise, until the transaction ends, the enqueues that count the queue under
+        ``key`` (two integers); return False where the caller must lock a row instead."""
+        return False
+
+    def doorbell_directory(self, connection):
+        """Where the daemons of this host listen for a wake-up, for the ``doorbell``."""
+        return None
+
+    def notify(self, connection, channel):
+        """Send a wake-up on ``channel`` in the current transaction (``"notify"``)."""
+
+    def listen(self, connection, channel):
+        """Open a connection of its own that LISTENs on ``channel``; return it (``"notify"``)."""
+        raise NotImplementedError
+
+    def force_claim_index(self, cursor, sql, table, index):
+        """Return the ORM claim's ``sql`` so that it walks ``index`` (after any setting
+        it needs on ``cursor`` for the transaction)."""
+        return sql
+
+    def estimate_count(self, cursor, sql, params):
+        """Return the planner's estimate of the rows ``sql`` returns (``estimates_counts``)."""
+        raise NotImplementedError
+
+    @contextmanager
+    def time_limit(self, cursor, milliseconds):
+        """Bound the statements run inside to ``milliseconds`` each, where the database can."""
+        yield
+
+    def set_table_storage(self, schema_editor, table, options):
+        """Set the storage parameters ``options`` (name: value) of ``table``, where the
+        database has them (a migration's)."""
+
+    def reset_table_storage(self, schema_editor, table, names):
+        """Reset the storage parameters ``names`` of ``table`` (a migration's reverse)."""
+
+
+class PostgreSQL(Database):
+    wakeup = "notify"
+    estimates_counts = True
+    #: A daemon's connection: give up connecting after 10 s, and notice a dead server
+    #: within about 25 s of silence (TCP keepalives), unless the project says otherwise.
+    connection_defaults = {
+        "connect_timeout": 10,
+        "keepalives": 1,
+        "keepalives_idle": 10,
+        "keepalives_interval": 5,
+        "keepalives_count": 3,
+    }
+
+    def harden(self, settings_dict):
+        options = settings_dict.setdefault("OPTIONS", {})
+        for name, value in self.connection_defaults.items():
+            options.setdefault(name, value)
+
+    def limit_waits(self, cursor, *, lock_wait_seconds, statement_seconds):
+        cursor.execute(f"SET statement_timeout = '{int(statement_seconds)}s'")
+
+    def read_snapshot(self, cursor):
+        cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+
+    def lock_counting(self, cursor, key):
+        cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", list(key))
+        return True
+
+    def notify(self, connection, channel):
+        with connection.cursor() as cursor:
+            cursor.execute(f"NOTIFY {channel}")
+
+    def listen(self, connection, channel):
+        import psycopg
+
+        listener = psycopg.connect(**connection.get_connection_params(), autocommit=True)
+        listener.execute(f"LISTEN {channel}")
+        return listener
+
+    def force_claim_index(self, cursor, sql, table, index):
+        from atp.engine.postgresql import CLAIM_PLAN
+
+        cursor.execute(CLAIM_PLAN)
+        return sql
+
+    def estimate_count(self, cursor, sql, params):
+        cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
+        return int(cursor.fetchone()[0][0]["Plan"]["Plan Rows"])
+
+    @contextmanager
+    def time_limit(self, cursor, milliseconds):
+        cursor.execute("SHOW statement_timeout")
+        previous = cursor.fetchone()[0]
+        cursor.execute(f"SET LOCAL statement_timeout = {int(milliseconds)}")
+        yield
+        cursor.execute("SELECT set_config('statement_timeout', %s, true)", [previous])
+
+    def set_table_storage(self, schema_editor, table, options):
+        settings = ", ".join(f"{name} = {value}" for name, value in options.items())
+        schema_editor.execute(f"ALTER TABLE {table} SET ({settings})")
+
+    def reset_table_storage(self, schema_editor, table, names):
+        schema_editor.execute(f"ALTER TABLE {table} RESET ({', '.join(names)})")
+
+
+class SQLite(Database):
+    wakeup = "doorbell"
+    needs_immediate_transactions = True
+    #: Errors of a busy database: another connection holds the write lock.
+    locked_messages = ("database is locked", "database table is locked")
+
+    def configure(self, connection):
+        """Switch the database to write-ahead logging (``ATP_SQLITE_WAL``)."""
+        from atp.conf import conf
+
+        if not conf.SQLITE_WAL or connection.is_in_memory_db():
+            return
+        with connection.cursor() as cursor:
+            cursor.execute("PRAGMA journal_mode")
+            if cursor.fetchone()[0].lower() == "wal":
+                return
+            try:
+                cursor.execute("PRAGMA journal_mode=WAL")
+            except OperationalError:
+                # Another connection is mid-transaction; a later connection will switch it.
+                logger.warning("could not switch %s to WAL yet", connection.settings_dict["NAME"])
+
+    @contextmanager
+    def begin(self, connection):
+        # Django opens SQLite transactions through this private hook (on 4.2 as on 5.x);
+        # overriding it on this one connection, for one transaction, makes it IMMEDIATE:
+        # it takes the write lock up front, waiting out the busy timeout, and writers
+        # line up instead of failing.
+        def begin_immediate():
+            connection.cursor().execute("BEGIN IMMEDIATE")
+
+        connection._start_transaction_under_autocommit = begin_immediate
+        try:
+            yield
+        finally:
+            del connection._start_transaction_under_autocommit
+
+    def take_write_lock(self, connection):
+        """A deferred SQLite transaction that has read cannot wait for the write lock: when
+        another connection writes, its first write fails at once with "database is
+        locked". A write that changes nothing, before the verb reads, makes the caller's
+        block wait its turn like any writer's (unless it began immediate already)."""
+        mode = connection.settings_dict.get("OPTIONS", {}).get("transaction_mode", "")
+        if str(mode).upper() in ("IMMEDIATE", "EXCLUSIVE"):
+            return
+        from atp.models import Type  # atp.models imports atp.db, which asks here
+
+        with connection.cursor() as cursor:
+            cursor.execute(f"UPDATE {Type._meta.db_table} SET id = id WHERE 0")
+
+    def is_retryable(self, exc):
+        message = str(exc).lower()
+        return any(text in message for text in self.locked_messages)
+
+    def limit_waits(self, cursor, *, lock_wait_seconds, statement_seconds):
+        cursor.execute(f"PRAGMA busy_timeout = {int(lock_wait_seconds * 1000)}")
+
+    def lock_counting(self, cursor, key):
+        return True  # its one write lock serialises every writer already
+
+    def doorbell_directory(self, connection):
+        if connection.is_in_memory_db():
+            return None
+        name = Path(os.fspath(connection.settings_dict["NAME"]))
+        return name.resolve().with_name(name.name + doorbell.SUFFIX)
+
+    def force_claim_index(self, cursor, sql, table, index):
+        forced = sql.replace(f"FROM {table} ", f"FROM {table} INDEXED BY {index} ", 1)
+        assert forced != sql, sql
+        return forced
+
+
+class MySQL(Database):
+    """MariaDB ≥ 10.6 and MySQL ≥ 8 (InnoDB): row locks with ``SKIP LOCKED``; its daemons
+    poll for now."""
+
+    #: Error codes of a transaction InnoDB rolled back (deadlock) or gave up waiting in
+    #: (lock wait timeout): run it again.
+    retryable_codes = frozenset({1213, 1205})
+
+    def is_retryable(self, exc):
+        args = getattr(exc.__cause__, "args", None) or (None,)
+        return args[0] in self.retryable_codes
+
+    def harden(self, settings_dict):
+        settings_dict.setdefault("OPTIONS", {}).setdefault("connect_timeout", 10)
+
+    def limit_waits(self, cursor, *, lock_wait_seconds, statement_seconds):
+        cursor.execute(f"SET SESSION innodb_lock_wait_timeout = {max(1, round(lock_wait_seconds))}")
+        if cursor.db.mysql_is_mariadb:
+            cursor.execute(f"SET SESSION max_statement_time = {float(statement_seconds)}")
+        else:
+            cursor.execute(f"SET SESSION max_execution_time = {int(statement_seconds * 1000)}")
+
+    def read_snapshot(self, cursor):
+        # The transaction begins at its first statement: this one sets it.
+        cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+
+    def force_claim_index(self, cursor, sql, table, index):
+        forced = sql.replace(f"FROM {table} ", f"FROM {table} FORCE INDEX ({index}) ", 1)
+        assert forced != sql, sql
+        return forced
+
+
+#: The databases atp knows, by Django's vendor name.
+BY_VENDOR = {"postgresql": PostgreSQL(), "sqlite": SQLite(), "mysql": MySQL()}
+PORTABLE = Database()
+
+
+def database_of(alias_or_connection):
+    """Return the ``Database`` of a connection, or of the database ``alias``."""
+    connection = (connections[alias_or_connection] if isinstance(alias_or_connection, str)
+                  else alias_or_connection)
+    return BY_VENDOR.get(connection.vendor, PORTABLE)

@@ -1,0 +1,213 @@
+"""The portable engine: the verbs of the hot path written with Django's ORM.
+
+It serves any database Django supports that atp has no engine of its own for, and
+every database with ``ATP_ENGINE = "orm"``. Its statements are the ORM's, compiled
+every time (3 to 6 queries a verb), so it is the slowest engine; it keeps every rule
+of the contract (``atp.engine.contract``) with row locks where the database has them:
+``SELECT ... FOR UPDATE SKIP LOCKED`` for the waiting rows, the daemon's row locked
+against a reaper, the limited types' rows locked while their leases are counted.
+What differs by database it asks its ``Database`` (``atp.engine.databases``).
+"""
+
+import collections
+import datetime
+import math
+
+from django.db import connections
+from django.db.models import Count
+from django.db.models.functions import Now
+
+from atp.db import database_now
+from atp.engine.base import database
+from atp.engine.claim import _limited, lease_rows, repair_stray_row, runnable_tasks
+from atp.engine.contract import Engine
+from atp.engine.databases import database_of
+from atp.engine.enqueue import _insert
+from atp.engine.lifecycle import finish_in_transaction, settle_each, start_attempt
+from atp.engine.locks import for_update
+from atp.engine.sql import CLAIM_INDEX
+from atp.exceptions import DaemonStopped
+from atp.models import Daemon, Instance, Task, Type
+from atp.rates import tokens_now
+
+
+class OrmEngine(Engine):
+    """The verbs as ORM queries, on the ``Database`` given."""
+
+    name = "orm"
+    #: It reads the type in its own transaction (``_insert``): a type read before is no use.
+    checks_type_as_read = False
+
+    def claim(self, daemon, limit, type_ids, *, start=0, inputs=False, limited=False):
+        return self.transaction(lambda: (self._claim(daemon, limit, type_ids, start, inputs), []))
+
+    def settle_and_claim(self, daemon, outcomes, limit, type_ids, *, start, limited=False):
+        return self.transaction(lambda: (
+            settle_each(daemon, outcomes),
+            (self._claim(daemon, limit, type_ids, start, inputs=True), [])))
+
+    def settle(self, daemon, outcomes):
+        return self.transaction(lambda: settle_each(daemon, outcomes))
+
+    def start(self, pk, attempt, daemon):
+        def start_and_load():
+            start_attempt(pk, attempt, daemon)
+            return Instance.objects.select_related("type", "inputs").get(pk=pk)
+
+        return self.transaction(start_and_load)
+
+    def finish(self, pk, attempt, message, daemon, response, content_type):
+        return finish_in_transaction(pk, message, attempt, daemon, response, content_type)
+
+    def enqueue(self, task_type, instance, data, not_before, size, notify):
+        [written] = _insert(task_type, [(instance.identifier, data)], instance.priority,
+                            not_before, instance.named, instance.tag)
+        return written.pk, written.created
+
+    def enqueue_many(self, task_type, identifiers, data, priority, not_before, notify, *,
+                     tag=None, named=False):
+        written = _insert(task_type, list(zip(identifiers, data, strict=True)), priority,
+                          not_before, named, tag)
+        return [(instance.pk, instance.identifier, instance.created) for instance in written]
+
+    def next_due(self, type_ids, within):
+        bound = Now() + datetime.timedelta(seconds=within)
+        first = (Task.objects.filter(daemon__isnull=True, paused_since__isnull=True,
+                                     type_id__in=type_ids, not_before__gt=Now(),
+                                     not_before__lt=bound)
+                 .order_by("not_before").values_list("not_before", flat=True).first())
+        if first is None:
+            return None
+        return max(0.0, (first - database_now(database())).total_seconds())
+
+    def _claim(self, daemon, limit, type_ids, start, inputs):
+        """Lock the daemon's row, then claim, counting limited types' leases; start the
+        first ``start``; repair the stray rows met (in this transaction)."""
+        _lock_daemon(daemon)
+        limits = _limited(Type.objects.filter(pk__in=type_ids, is_paused=False, pull=False))
+        if not limits:
+            return []
+        instances, strays = _claim_with_orm(daemon, limit, limits)
+        for pk in strays:
+            repair_stray_row(pk)
+        for instance in instances[:start]:
+            start_attempt(instance.pk, instance.attempt, daemon)
+        if (start or inputs) and instances:
+            position = {instance.pk: index for index, instance in enumerate(instances)}
+            related = ("type", "inputs") if inputs else ("type",)
+            instances = sorted(
+                Instance.objects.filter(pk__in=position).select_related(*related),
+                key=lambda instance: position[instance.pk])
+        return instances
+
+
+def _lock_daemon(daemon):
+    """Lock ``daemon``'s registry row against a reaper; raise ``DaemonStopped`` if it is stopped."""
+    if not for_update(Daemon.objects.filter(pk=daemon.pk, stopped__isnull=True)).exists():
+        raise DaemonStopped(f"daemon {daemon} was declared stopped; it claims nothing")
+
+
+def _free_slots(limits):
+    """Return ``(free, buckets, now)``: how many more tasks each limited type may start
+    (its ``max_concurrency`` less what runs, and the whole tokens in its bucket), the
+    tokens in the bucket of each type with a rate as of ``now`` (``atp.rates``), and
+    that moment (None without a rate)."""
+    limited = [type_id for type_id, is_limited in limits.items() if is_limited]
+    if not limited:
+        return {}, {}, None
+    # Locking the limited types' rows serialises the claims of those types across
+    # daemons, so two daemons cannot both count the last free slot, or token; what is
+    # read under the lock is the type as it is now.
+    # (FOR NO KEY UPDATE where there is one: an enqueue's foreign key does not wait.)
+    no_key = connections[database()].features.has_select_for_no_key_update
+    rows = list(Type.objects.select_for_update(no_key=no_key).filter(pk__in=limited)
+                .order_by("pk")  # in key order, as the engines lock them
+                .values_list("pk", "max_concurrency", "rate", "bucket_size", "tokens",
+                             "tokens_at"))
+    # What runs is what holds a lease: a task an operator ended or re-enqueued keeps
+    # its lease until its worker is stopped, and counts until then.
+    leased = dict(
+        Task.objects.filter(type_id__in=limited, daemon__isnull=False)
+        .values("type_id").annotate(count=Count("pk")).values_list("type_id", "count")
+    )
+    now = database_now(database()) if any(row[2] is not None for row in rows) else None
+    free, buckets = {}, {}
+    for type_id, most, rate, size, tokens, tokens_at in rows:
+        slots = []
+        if most is not None:
+            slots.append(most - leased.get(type_id, 0))
+        if rate is not None:
+            buckets[type_id] = tokens_now(rate, size, tokens, tokens_at, now)
+            slots.append(math.floor(buckets[type_id]))
+        free[type_id] = min(slots, default=0)  # none: it is limited no more, wait a round
+    return free, buckets, now
+
+
+def _spend_tokens(buckets, now, claimed_types):
+    """Take a token from each bucket (``_free_slots``, as of ``now``) per task of its type
+    claimed."""
+    spent = collections.Counter(claimed_types)
+    for type_id, tokens in buckets.items():
+        if spent[type_id]:  # a bucket none was taken from stays as it is
+            Type.objects.filter(pk=type_id).update(tokens=tokens - spent[type_id], tokens_at=now)
+
+
+def _take(limit, limits):
+    """Return ``(keys of up to limit runnable tasks in claim order, within limits,
+    their types, (the buckets of the types with a rate, as of when))``."""
+    free, buckets, now = _free_slots(limits)
+    eligible = {type_id for type_id in limits if free.get(type_id, 1) > 0}
+    taken, types = [], {}
+    while eligible and len(taken) < limit:
+        wanted = limit - len(taken)
+        rows = _runnable_keys(eligible, taken, wanted)
+        for pk, type_id in rows:
+            if type_id in free:
+                if free[type_id] <= 0:
+                    continue  # its type filled up earlier in this batch
+                free[type_id] -= 1
+                if free[type_id] == 0:
+                    eligible.discard(type_id)
+            taken.append(pk)
+            types[pk] = type_id
+        if len(rows) < wanted:
+            break
+    return taken, types, (buckets, now)
+
+
+def _runnable_keys(type_ids, taken, limit):
+    """Return ``(key, type id)`` of up to ``limit`` runnable tasks not in ``taken``, in claim order."""
+    connection = connections[database()]
+    with connection.cursor() as cursor:
+        sql, params = runnable_keys_statement(type_ids, taken, limit, cursor)
+        cursor.execute(sql, params)
+        return cursor.fetchall()
+
+
+def runnable_keys_statement(type_ids, taken, limit, cursor):
+    """Return the SQL and parameters of the claim's look for runnable tasks, to run on
+    ``cursor`` in this transaction.
+
+    The walk down the claim index is forced (``Database.force_claim_index``: on
+    PostgreSQL by a setting of the transaction, on SQLite in the statement): with
+    missing or stale statistics either planner would rather sort every waiting row.
+    """
+    rows = runnable_tasks(type_ids).exclude(instance_id__in=taken).values_list(
+        "instance_id", "type_id")[:limit]
+    connection = connections[database()]
+    sql, params = rows.query.sql_with_params()
+    table = connection.ops.quote_name(Task._meta.db_table)
+    return database_of(connection).force_claim_index(cursor, sql, table, CLAIM_INDEX), params
+
+
+def _claim_with_orm(daemon, limit, limits):
+    """Claim with the ORM; return ``(instances in claim order, keys of stray rows)``."""
+    pks, types, (buckets, now) = _take(limit, limits)
+    if not pks:
+        return [], []
+    instances, strays = lease_rows(daemon, pks)
+    if buckets:
+        _spend_tokens(buckets, now, [types[instance.pk] for instance in instances])
+    return instances, strays
+
+

@@ -3,8 +3,9 @@
 #
 # Everything is installed into .venv from setup.cfg; nothing else is needed but
 # Python 3.11+ and make. `make test` runs the suite on SQLite, then on PostgreSQL
-# when ATP_TEST_DATABASE_URL (default: a local server) answers; with
-# ATP_REQUIRE_POSTGRES=1 an unreachable PostgreSQL fails the run instead.
+# when ATP_TEST_DATABASE_URL (default: a local server) answers, then the queue verbs'
+# behaviour suite on MariaDB/MySQL when ATP_TEST_MYSQL_URL answers; with
+# ATP_REQUIRE_POSTGRES=1 (ATP_REQUIRE_MYSQL=1) an unreachable server fails the run.
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -13,11 +14,14 @@ PYTEST_ARGS ?=
 export ATP_TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test
 ATP_BENCH_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/atp_bench
 export ATP_CHAOS_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/atp_chaos
+export ATP_TEST_MYSQL_URL ?= mysql://root@127.0.0.1:3306/test
 CHAOS_ARGS ?=
 ATP_REQUIRE_POSTGRES ?= 0
+ATP_REQUIRE_MYSQL ?= 0
 DJANGO_COMPAT ?= Django>=4.2,<5.0
 
-.PHONY: demo test test-fast browser test-sqlite test-postgres test-orm test-compat test-django6 bench \
+.PHONY: demo test test-fast browser test-sqlite test-postgres test-mysql test-orm test-compat \
+	test-django6 bench \
 	bench-admin soak screenshots \
 	guards chaos lint clean
 
@@ -32,7 +36,7 @@ demo: $(VENV)/.installed
 	$(PY) manage.py demo_setup
 	$(PY) manage.py demo_serve 127.0.0.1:8000
 
-test: browser test-sqlite test-postgres test-orm
+test: browser test-sqlite test-postgres test-mysql test-orm
 
 # The edit-test loop: everything but real daemons, processes and large tables, on SQLite.
 test-fast: $(VENV)/.installed
@@ -68,6 +72,41 @@ test-postgres: $(VENV)/.installed
 		echo "PostgreSQL is required but $$ATP_TEST_DATABASE_URL does not answer" >&2; exit 1; \
 	else \
 		echo "== PostgreSQL at $$ATP_TEST_DATABASE_URL does not answer: the suite ran on SQLite only"; \
+	fi
+
+# MariaDB/MySQL at $(ATP_TEST_MYSQL_URL). Its driver (the `mysql` extra, mysqlclient)
+# builds against the client library's headers: the Debian packages are installed here
+# when missing and make runs as root.
+$(VENV)/.mysql: $(VENV)/.installed
+	@if ! pkg-config --exists libmariadb 2>/dev/null && ! pkg-config --exists mysqlclient 2>/dev/null; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			echo "== installing libmariadb-dev and pkg-config for the MariaDB/MySQL driver"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+				--no-install-recommends libmariadb-dev pkg-config >/dev/null; \
+		else \
+			echo "the MariaDB/MySQL driver needs libmariadb-dev and pkg-config (apt-get install as root)" >&2; \
+			exit 1; \
+		fi; \
+	fi
+	$(PY) -m pip install --quiet -e '.[mysql]'
+	touch $@
+
+MYSQL_ANSWERS = $(PY) -c 'import os, socket, urllib.parse as u; \
+	url = u.urlsplit(os.environ["ATP_TEST_MYSQL_URL"]); \
+	socket.create_connection((url.hostname, url.port or 3306), timeout=5).close()'
+
+# The queue verbs' behaviour suite (the same as test-orm's) on the database's engine:
+# for now the portable one (docs/engines.md).
+MYSQL_TESTS ?= $(ORM_TESTS)
+test-mysql: $(VENV)/.installed
+	@if $(MYSQL_ANSWERS) 2>/dev/null; then \
+		$(MAKE) --no-print-directory $(VENV)/.mysql && \
+		echo "== MariaDB/MySQL: $$ATP_TEST_MYSQL_URL" && \
+		ATP_TEST_DATABASE_URL=$$ATP_TEST_MYSQL_URL $(PY) -m pytest $(PYTEST_ARGS) $(MYSQL_TESTS); \
+	elif [ "$(ATP_REQUIRE_MYSQL)" = "1" ]; then \
+		echo "MariaDB/MySQL is required but $$ATP_TEST_MYSQL_URL does not answer" >&2; exit 1; \
+	else \
+		echo "== MariaDB/MySQL at $$ATP_TEST_MYSQL_URL does not answer: skipped"; \
 	fi
 
 # Django 6 (built-in django.tasks) needs Python 3.12: the first interpreter found that is

@@ -79,7 +79,8 @@ else:
 if os.environ.get("ATP_TEST_DB_NAME"):
     DATABASES["default"]["NAME"] = os.environ["ATP_TEST_DB_NAME"]
 # Sessions of a process a test started carry its name (see tests/pg_sessions.py).
-if DATABASE_URL and os.environ.get("ATP_TEST_APPLICATION_NAME"):
+if DATABASE_URL and DATABASE_URL.startswith("postgres") and os.environ.get(
+        "ATP_TEST_APPLICATION_NAME"):
     DATABASES["default"].setdefault("OPTIONS", {})["application_name"] = (
         os.environ["ATP_TEST_APPLICATION_NAME"])
 

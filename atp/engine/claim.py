@@ -23,9 +23,10 @@ from atp import registry
 from atp.conf import conf
 from atp.db import database_now
 from atp.engine.base import daemon_label, database, pk_of, queue_write
+from atp.engine.databases import database_of
 from atp.engine.engines import engine
 from atp.engine.locks import for_update, lock_task
-from atp.engine.sql import CLAIM_ORDER, check_start
+from atp.engine.sql import CLAIM_INDEX, CLAIM_ORDER, check_start
 from atp.engine.transitions import move, write_history
 from atp.exceptions import InvalidParameter, TaskTypeNotFound
 from atp.models import Daemon, Instance, LogRecord, Task, Type
@@ -162,6 +163,30 @@ def runnable_tasks(type_ids):
     if connections[database()].features.has_select_for_update_skip_locked:
         waiting = waiting.select_for_update(skip_locked=True)
     return waiting
+
+
+def read_runnable(rows, fields, limit):
+    """Return ``fields`` of up to ``limit`` of the queue rows ``rows`` (``runnable_tasks``,
+    filtered further), read down the claim index in claim order and locked as read.
+
+    The walk down the index is forced (``Database.force_claim_index``): with missing or
+    stale statistics a planner would rather sort every waiting row, and a database that
+    locks the rows it reads before sorting them (InnoDB) would then lock them all.
+    """
+    connection = connections[database()]
+    with connection.cursor() as cursor:
+        sql, params = claim_index_statement(rows.values_list(*fields)[:limit], cursor)
+        cursor.execute(sql, params)
+        return cursor.fetchall()
+
+
+def claim_index_statement(rows, cursor):
+    """Return the SQL and parameters of the queryset ``rows`` of the queue table, made to
+    walk the claim index, to run on ``cursor`` in this transaction."""
+    connection = connections[database()]
+    sql, params = rows.query.sql_with_params()
+    table = connection.ops.quote_name(Task._meta.db_table)
+    return database_of(connection).force_claim_index(cursor, sql, table, CLAIM_INDEX), params
 
 
 def _claim(daemon, limit, type_ids, *, start=0, inputs=False, limited=False):

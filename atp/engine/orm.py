@@ -19,13 +19,18 @@ from django.db.models.functions import Now
 
 from atp.db import database_now
 from atp.engine.base import database
-from atp.engine.claim import _limited, lease_rows, repair_stray_row, runnable_tasks
+from atp.engine.claim import (
+    _limited,
+    claim_index_statement,
+    lease_rows,
+    read_runnable,
+    repair_stray_row,
+    runnable_tasks,
+)
 from atp.engine.contract import Engine
-from atp.engine.databases import database_of
 from atp.engine.enqueue import _insert
 from atp.engine.lifecycle import finish_in_transaction, settle_each, start_attempt
 from atp.engine.locks import for_update
-from atp.engine.sql import CLAIM_INDEX
 from atp.exceptions import DaemonStopped
 from atp.models import Daemon, Instance, Task, Type
 from atp.rates import tokens_now
@@ -177,27 +182,16 @@ def _take(limit, limits):
 
 def _runnable_keys(type_ids, taken, limit):
     """Return ``(key, type id)`` of up to ``limit`` runnable tasks not in ``taken``, in claim order."""
-    connection = connections[database()]
-    with connection.cursor() as cursor:
-        sql, params = runnable_keys_statement(type_ids, taken, limit, cursor)
-        cursor.execute(sql, params)
-        return cursor.fetchall()
+    rows = runnable_tasks(type_ids).exclude(instance_id__in=taken)
+    return read_runnable(rows, ("instance_id", "type_id"), limit)
 
 
 def runnable_keys_statement(type_ids, taken, limit, cursor):
-    """Return the SQL and parameters of the claim's look for runnable tasks, to run on
-    ``cursor`` in this transaction.
-
-    The walk down the claim index is forced (``Database.force_claim_index``: on
-    PostgreSQL by a setting of the transaction, on SQLite in the statement): with
-    missing or stale statistics either planner would rather sort every waiting row.
-    """
+    """Return the SQL and parameters of the claim's look for runnable tasks (``_runnable_keys``),
+    to run on ``cursor`` in this transaction."""
     rows = runnable_tasks(type_ids).exclude(instance_id__in=taken).values_list(
         "instance_id", "type_id")[:limit]
-    connection = connections[database()]
-    sql, params = rows.query.sql_with_params()
-    table = connection.ops.quote_name(Task._meta.db_table)
-    return database_of(connection).force_claim_index(cursor, sql, table, CLAIM_INDEX), params
+    return claim_index_statement(rows, cursor)
 
 
 def _claim_with_orm(daemon, limit, limits):

@@ -19,7 +19,7 @@ from django.db.models import Q
 from django.db.models.functions import Now
 
 from atp.engine.base import queue_write
-from atp.engine.claim import lease_rows, repair_stray_row, runnable_tasks
+from atp.engine.claim import lease_rows, read_runnable, repair_stray_row, runnable_tasks
 from atp.engine.lifecycle import fail_or_retry, finish, queue_row, release, restart, start_attempt
 from atp.engine.locks import lock_task
 from atp.engine.transitions import refusal
@@ -86,11 +86,12 @@ def _lease(type_id, limit, lease, tag, group_by_tag, consumer):
     if tag is not None:
         rows = rows.filter(tag=tag)
     elif group_by_tag:
-        first = rows.values_list("tag", flat=True)[:1]  # locks it: it is ours to lease
+        first = read_runnable(rows, ("tag",), 1)  # locks it: it is ours to lease
         if not first:
             return []
-        rows = rows.filter(tag=first[0]) if first[0] is not None else rows.filter(tag__isnull=True)
-    pks = list(rows.values_list("instance_id", flat=True)[:limit])
+        [(tag,)] = first
+        rows = rows.filter(tag=tag) if tag is not None else rows.filter(tag__isnull=True)
+    pks = [pk for (pk,) in read_runnable(rows, ("instance_id",), limit)]
     # Read after the rows are locked: a task enqueued after the type stopped being a
     # pull type (or was paused) is seen with the type as it is now, and not leased.
     if not pks or not Type.objects.filter(pk=type_id, pull=True, is_paused=False).exists():

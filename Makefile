@@ -95,9 +95,9 @@ MYSQL_ANSWERS = $(PY) -c 'import os, socket, urllib.parse as u; \
 	url = u.urlsplit(os.environ["ATP_TEST_MYSQL_URL"]); \
 	socket.create_connection((url.hostname, url.port or 3306), timeout=5).close()'
 
-# The queue verbs' behaviour suite (the same as test-orm's) on the database's engine:
-# for now the portable one (docs/engines.md).
-MYSQL_TESTS ?= $(ORM_TESTS)
+# The queue verbs' behaviour suite (the same as test-orm's) on the database's engine,
+# for now the portable one (docs/engines.md), and the daemon's wake-up by the doorbell.
+MYSQL_TESTS ?= $(ORM_TESTS) tests/daemon/test_wakeup.py
 test-mysql: $(VENV)/.installed
 	@if $(MYSQL_ANSWERS) 2>/dev/null; then \
 		$(MAKE) --no-print-directory $(VENV)/.mysql && \

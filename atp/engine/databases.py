@@ -13,8 +13,10 @@ The engines (``atp.engine.contract``) are the other half: how the queue's verbs 
 written. An engine runs on a database; the ORM engine runs on any of them.
 """
 
+import hashlib
 import logging
 import os
+import tempfile
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
@@ -240,8 +242,11 @@ class SQLite(Database):
 
 
 class MySQL(Database):
-    """MariaDB ≥ 10.6 and MySQL ≥ 8 (InnoDB): row locks with ``SKIP LOCKED``; its daemons
-    poll for now."""
+    """MariaDB ≥ 10.6 and MySQL ≥ 8 (InnoDB): row locks with ``SKIP LOCKED``, and no
+    notification channel: the daemons on the enqueuer's host are woken by the doorbell,
+    those on other hosts find new tasks at their next poll."""
+
+    wakeup = "doorbell"
 
     #: Error codes of a transaction InnoDB rolled back (deadlock) or gave up waiting in
     #: (lock wait timeout): run it again.
@@ -260,6 +265,14 @@ class MySQL(Database):
             cursor.execute(f"SET SESSION max_statement_time = {float(statement_seconds)}")
         else:
             cursor.execute(f"SET SESSION max_execution_time = {int(statement_seconds * 1000)}")
+
+    def doorbell_directory(self, connection):
+        """A directory of this host's temporary files named after the server and the
+        database: every process of this host using that database rings there."""
+        settings = connection.settings_dict
+        served = f"{settings.get('HOST') or 'localhost'}:{settings.get('PORT') or 3306}/{settings['NAME']}"
+        digest = hashlib.sha256(served.encode()).hexdigest()[:16]
+        return Path(tempfile.gettempdir()) / f"atp-mysql-{digest}{doorbell.SUFFIX}"
 
     def read_snapshot(self, cursor):
         # The transaction begins at its first statement: this one sets it.

@@ -1,15 +1,19 @@
-"""Waking the daemons of a SQLite database at once: a Unix datagram socket per daemon.
+"""Waking the daemons of a database without notifications at once: a Unix datagram
+socket per daemon.
 
-SQLite has no LISTEN/NOTIFY and no server to carry one. Each atpd serving a SQLite
-database file binds a datagram socket in a directory next to that file
-(``<file>.atpd/<random>.sock``); whatever makes tasks runnable there sends one byte to
-every socket in that directory once its transaction has committed. A datagram that
+SQLite has no LISTEN/NOTIFY and no server to carry one; MariaDB and MySQL have none
+either. Each atpd binds a datagram socket in the database's doorbell directory
+(``Database.doorbell_directory``: next to a SQLite file, ``<file>.atpd/<random>.sock``;
+for a MariaDB database, in this host's temporary files, named after the server and the
+database); whatever makes tasks runnable there sends one byte to every socket in that
+directory once its transaction has committed. A datagram that
 finds no reader (a daemon that died without removing its socket) is dropped and the
 socket file removed; a full socket buffer means the daemon already has a wake-up
 waiting. Nothing of it is needed for correctness: a daemon also polls.
 
 Only processes of the same host (and of the same filesystem view) can ring: daemons on
-other hosts cannot share a SQLite file safely anyway.
+other hosts cannot share a SQLite file safely anyway, and a server database's daemons
+on other hosts find new tasks at their next poll (``ATP_POLL_INTERVAL_SECONDS``).
 """
 
 import errno

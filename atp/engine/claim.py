@@ -145,10 +145,10 @@ def claimable_types(types=None):
             raise InvalidParameter(f"task type {', '.join(map(repr, pulled))} is a pull type: "
                                    "lease its tasks with lease_tasks()")
         rows = rows.filter(identifier__in=types)
-    return _limited(rows)
+    return limits_of(rows)
 
 
-def _limited(types):
+def limits_of(types):
     """Return ``{type id: whether it is limited}`` of the ``Type`` rows ``types``."""
     return {pk: most is not None or rate is not None
             for pk, most, rate in types.values_list("pk", "max_concurrency", "rate")}

@@ -125,7 +125,7 @@ def _enqueue(type_identifier, entries, priority, schedule, named=False, tag=None
     if conf.MAX_QUEUED_TOTAL is not None:  # every enqueue counts the queue
         task_type = get_type(type_identifier)
         encoded = [(identifier, _dump(inputs, task_type)) for identifier, inputs in entries]
-        return _insert(task_type, encoded, priority, schedule, named, tag)
+        return insert_tasks(task_type, encoded, priority, schedule, named, tag)
     for attempt in range(3):
         # A type read before serves only an engine that checks it is still as read.
         task_type = _types.get(key) if attempt == 0 and writer.checks_type_as_read else None
@@ -144,12 +144,12 @@ def _enqueue(type_identifier, entries, priority, schedule, named=False, tag=None
             task_type = _types[key] = get_type(key)
             if task_type.dedup_window:
                 encoded = [(identifier, _dump(inputs, task_type)) for identifier, inputs in entries]
-                return _insert(task_type, encoded, priority, schedule, named, tag)
+                return insert_tasks(task_type, encoded, priority, schedule, named, tag)
         if task_type.max_queued is not None:
             task_type = _types[key] = get_type(key)  # as it is now: the limit may be gone
             if task_type.max_queued is not None:
                 encoded = [(identifier, _dump(inputs, task_type)) for identifier, inputs in entries]
-                return _insert(task_type, encoded, priority, schedule, named, tag)
+                return insert_tasks(task_type, encoded, priority, schedule, named, tag)
         instances = _write(writer, task_type, encoded, priority, schedule, named, tag)
         if instances is not None:
             return instances
@@ -275,7 +275,11 @@ def _check_depth(task_type, count):
 
 
 @queue_write
-def _insert(task_type, entries, priority, schedule, named=False, tag=None):
+def insert_tasks(task_type, entries, priority, schedule, named=False, tag=None):
+    """Write ``entries`` (``(identifier, encoded inputs)``) as tasks of ``task_type`` with
+    the ORM; return their ``Instance`` objects. The portable form every engine uses for
+    an enqueue that counts the queue or checks a name's ``dedup_window``, and the
+    ``orm`` engine's for every enqueue."""
     _check_depth(task_type, len(entries))
     now = database_now(database())
     not_before = schedule if isinstance(schedule, datetime.datetime) else now + schedule

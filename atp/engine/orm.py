@@ -20,15 +20,15 @@ from django.db.models.functions import Now
 from atp.db import database_now
 from atp.engine.base import database
 from atp.engine.claim import (
-    _limited,
     claim_index_statement,
     lease_rows,
+    limits_of,
     read_runnable,
     repair_stray_row,
     runnable_tasks,
 )
 from atp.engine.contract import Engine
-from atp.engine.enqueue import _insert
+from atp.engine.enqueue import insert_tasks
 from atp.engine.lifecycle import finish_in_transaction, settle_each, start_attempt
 from atp.engine.locks import for_update
 from atp.exceptions import DaemonStopped
@@ -40,7 +40,7 @@ class OrmEngine(Engine):
     """The verbs as ORM queries, on the ``Database`` given."""
 
     name = "orm"
-    #: It reads the type in its own transaction (``_insert``): a type read before is no use.
+    #: It reads the type in its own transaction (``insert_tasks``): a type read before is no use.
     checks_type_as_read = False
 
     def claim(self, daemon, limit, type_ids, *, start=0, inputs=False, limited=False):
@@ -65,13 +65,13 @@ class OrmEngine(Engine):
         return finish_in_transaction(pk, message, attempt, daemon, response, content_type)
 
     def enqueue(self, task_type, instance, data, not_before, size, notify):
-        [written] = _insert(task_type, [(instance.identifier, data)], instance.priority,
+        [written] = insert_tasks(task_type, [(instance.identifier, data)], instance.priority,
                             not_before, instance.named, instance.tag)
         return written.pk, written.created
 
     def enqueue_many(self, task_type, identifiers, data, priority, not_before, notify, *,
                      tag=None, named=False):
-        written = _insert(task_type, list(zip(identifiers, data, strict=True)), priority,
+        written = insert_tasks(task_type, list(zip(identifiers, data, strict=True)), priority,
                           not_before, named, tag)
         return [(instance.pk, instance.identifier, instance.created) for instance in written]
 
@@ -89,7 +89,7 @@ class OrmEngine(Engine):
         """Lock the daemon's row, then claim, counting limited types' leases; start the
         first ``start``; repair the stray rows met (in this transaction)."""
         _lock_daemon(daemon)
-        limits = _limited(Type.objects.filter(pk__in=type_ids, is_paused=False, pull=False))
+        limits = limits_of(Type.objects.filter(pk__in=type_ids, is_paused=False, pull=False))
         if not limits:
             return []
         instances, strays = _claim_with_orm(daemon, limit, limits)

@@ -13,6 +13,7 @@ PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 export ATP_TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test
 ATP_BENCH_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/atp_bench
+ATP_BENCH_MYSQL_URL ?= mysql://root@127.0.0.1:3306/atp_bench
 export ATP_CHAOS_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/atp_chaos
 export ATP_TEST_MYSQL_URL ?= mysql://root@127.0.0.1:3306/test
 CHAOS_ARGS ?=
@@ -91,15 +92,16 @@ $(VENV)/.mysql: $(VENV)/.installed
 	$(PY) -m pip install --quiet -e '.[mysql]'
 	touch $@
 
-MYSQL_ANSWERS = $(PY) -c 'import os, socket, urllib.parse as u; \
-	url = u.urlsplit(os.environ["ATP_TEST_MYSQL_URL"]); \
-	socket.create_connection((url.hostname, url.port or 3306), timeout=5).close()'
+# Whether the MariaDB/MySQL server of the URL $(1) answers (a TCP connection).
+mysql_answers = $(PY) -c 'import sys, socket, urllib.parse as u; \
+	url = u.urlsplit(sys.argv[1]); \
+	socket.create_connection((url.hostname, url.port or 3306), timeout=5).close()' "$(1)"
 
 # The queue verbs' behaviour suite (the same as test-orm's) on the database's engine,
 # for now the portable one (docs/engines.md), and the daemon's wake-up by the doorbell.
 MYSQL_TESTS ?= $(ORM_TESTS) tests/daemon/test_wakeup.py
 test-mysql: $(VENV)/.installed
-	@if $(MYSQL_ANSWERS) 2>/dev/null; then \
+	@if $(call mysql_answers,$(ATP_TEST_MYSQL_URL)) 2>/dev/null; then \
 		$(MAKE) --no-print-directory $(VENV)/.mysql && \
 		echo "== MariaDB/MySQL: $$ATP_TEST_MYSQL_URL" && \
 		ATP_TEST_DATABASE_URL=$$ATP_TEST_MYSQL_URL $(PY) -m pytest $(PYTEST_ARGS) $(MYSQL_TESTS); \
@@ -140,7 +142,13 @@ bench: $(VENV)/.installed
 		ATP_BENCH_DATABASE_URL=$(ATP_BENCH_DATABASE_URL) $(PY) -m bench.daemon && \
 		ATP_BENCH_DATABASE_URL=$(ATP_BENCH_DATABASE_URL) $(PY) -m bench.stream $(STREAM_ARGS); \
 	else \
-		echo "== PostgreSQL at $(ATP_BENCH_DATABASE_URL) does not answer: SQLite only"; \
+		echo "== PostgreSQL at $(ATP_BENCH_DATABASE_URL) does not answer: skipped"; \
+	fi
+	@if $(call mysql_answers,$(ATP_BENCH_MYSQL_URL)) 2>/dev/null; then \
+		$(MAKE) --no-print-directory $(VENV)/.mysql && \
+		ATP_BENCH_DATABASE_URL=$(ATP_BENCH_MYSQL_URL) $(PY) -m bench.daemon; \
+	else \
+		echo "== MariaDB/MySQL at $(ATP_BENCH_MYSQL_URL) does not answer: skipped"; \
 	fi
 
 # A steady stream of mixed work for 12 minutes on a stock PostgreSQL of its own (made

@@ -4,8 +4,8 @@
                            [--big 100000] [--no-limited] [--json PATH]
 
 The database comes from ATP_BENCH_DATABASE_URL (a fresh temporary SQLite file when
-unset). A PostgreSQL database named there is dropped and created anew. Run it through
-``make bench``, which does both databases. Every figure keeps atp's full state history.
+unset). A PostgreSQL or MariaDB/MySQL database named there is dropped and created anew.
+Run it through ``make bench``, which does every database that answers. Every figure keeps atp's full state history.
 
 - W1, drain: N no-op tasks are bulk-enqueued, then ``atpd --burst --workers W`` runs
   them. The rate is N over the time from the first task's start to the last one's
@@ -47,7 +47,7 @@ import threading
 import time
 from pathlib import Path
 
-from bench.database import recreate_postgres, set_up_django
+from bench.database import recreate, set_up_django
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 TYPE = "bench.noop"
@@ -60,6 +60,9 @@ BULK_BATCH = 1000
 TARGETS = {
     "postgresql": {"drain_4": 4000, "drain_1": 2500, "start_p50": 2.5, "start_p99": 6,
                    "finish_p50": 3.5, "enqueue_p50": 1.5, "bulk_rate": 30000},
+    # Issue 19: enqueue -> start on the same host; its drain is to reach 70 % of
+    # PostgreSQL's in the same run (not a figure of its own).
+    "mysql": {"start_p50": 5},
     "sqlite": {"drain_4": 3000, "drain_1": 2500, "start_p50": 5, "start_p99": 15,
                "finish_p50": 6, "enqueue_p50": 1.5, "bulk_rate": 20000},
 }
@@ -70,15 +73,11 @@ def prepare_database():
     if not url:
         url = f"sqlite:///{tempfile.mkdtemp()}/bench.sqlite3"
         os.environ["ATP_BENCH_DATABASE_URL"] = url
-    elif is_postgres(url):
-        recreate_postgres(url)
+    else:
+        recreate(url)
     set_up_django("bench.settings")
     register()
     return url
-
-
-def is_postgres(url):
-    return url.startswith(("postgres://", "postgresql://"))
 
 
 def register():
@@ -96,8 +95,7 @@ def fresh_database():
 
     connections.close_all()
     url = os.environ["ATP_BENCH_DATABASE_URL"]
-    if is_postgres(url):
-        recreate_postgres(url)
+    if recreate(url):
         call_command("migrate", verbosity=0)
     else:
         reset()

@@ -1,6 +1,6 @@
 """Which engine serves the queue: chosen once per database and ``ATP_ENGINE``.
 
-Each database atp has an engine for has its module (``postgresql``, ``sqlite``) with its
+Each database atp has an engine for has its module (``postgresql``, ``sqlite``, ``mysql``) with its
 engine class; any other database, and any database with ``ATP_ENGINE = "orm"``, is
 served by the portable engine (``orm``). Every engine implements the contract
 (``atp.engine.contract``), so ``engine()`` always returns one and no caller asks which.
@@ -20,15 +20,19 @@ CHOICES = ("auto", "orm")
 _chosen = {}
 
 
-def _native():
-    """Return ``{vendor: the engine class written for it}`` (imported when first asked:
-    the engines import the verbs' modules, which ask for ``engine()``)."""
-    from atp.engine import postgresql, sqlite
+def _native(connection):
+    """Return ``{vendor: the engine class written for it}`` on ``connection``'s server
+    (imported when first asked: the engines import the verbs' modules, which ask for
+    ``engine()``). Where the server lacks what the engine needs, the portable one serves."""
+    from atp.engine import mysql, postgresql, sqlite
 
     return {
         "postgresql": postgresql.PostgreSQLEngine,
         # RETURNING is needed: older SQLite libraries get the portable engine.
         "sqlite": sqlite.SQLiteEngine if sqlite.IS_SUPPORTED else None,
+        # SKIP LOCKED: MariaDB 10.6 and MySQL 8.
+        "mysql": (mysql.MySQLEngine
+                  if connection.features.has_select_for_update_skip_locked else None),
     }
 
 
@@ -38,7 +42,8 @@ def engine_for(alias, choice="auto"):
 
     if choice not in CHOICES:
         raise ImproperlyConfigured(f'ATP_ENGINE is "auto" or "orm", not {choice!r}')
-    native = _native().get(connections[alias].vendor) if choice == "auto" else None
+    connection = connections[alias]
+    native = _native(connection).get(connection.vendor) if choice == "auto" else None
     return (native or OrmEngine)(database_of(alias))
 
 

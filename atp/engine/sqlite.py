@@ -41,6 +41,7 @@ from atp.engine.sql import (
     check_start,
     columns,
     one_of,
+    row_values,
     stored_fields,
     type_as_read,
 )
@@ -398,31 +399,6 @@ def settle_and_claim(daemon, outcomes, limit, type_ids, start):
     return settle(daemon, outcomes), claim(daemon, limit, type_ids, start, inputs=True)
 
 
-#: Per model: its stored fields, and the default of each as stored (None: called anew).
-_defaults = {}
-
-
-def _row(model, connection, given):
-    """Return a row of ``model`` as the database stores it, in the order of its stored
-    fields: ``given`` (attname -> value), else each field's default, as ``Model``
-    would fill it (the defaults are prepared once; building model objects for a
-    template was a tenth of a single enqueue)."""
-    if model not in _defaults:
-        _defaults[model] = [
-            (field, None if callable(field.default) else field.get_db_prep_save(
-                field.get_default(), connection))
-            for field in stored_fields(model)]
-    row = []
-    for field, default in _defaults[model]:
-        if field.attname in given:
-            row.append(field.get_db_prep_save(given[field.attname], connection))
-        elif default is None and callable(field.default):
-            row.append(field.get_db_prep_save(field.get_default(), connection))
-        else:
-            row.append(default)
-    return row
-
-
 def enqueue_many(task_type, identifiers, data, priority, not_before, notify, tag=None,
                  named=False):
     """Write tasks of ``task_type`` (an identifier and encoded inputs each): instance, queue
@@ -463,12 +439,12 @@ MAX_PARAMETERS = 32766
 
 def _insert_rows(cursor, connection, model, given, varying, *, returning=""):
     """Insert one row of ``model`` per item of the lists ``varying`` (column attname ->
-    its values, all as long), with ``given`` values otherwise (see ``_row``); return what ``returning``
+    its values, all as long), with ``given`` values otherwise (see ``row_values``); return what ``returning``
     selects of them. The values all rows share are bound once a statement and each row
     binds only its own: one statement per 30,000-odd values (binding every column of
     every row cost a tenth of a bulk enqueue)."""
     fields = stored_fields(model)
-    values = _row(model, connection, given)
+    values = row_values(model, connection, given)
     names = [field.attname for field in fields]
     own = {names.index(name): number for number, name in enumerate(varying, start=1)}
     picked = ", ".join(f"v.column{own[index]}" if index in own else "%s"
@@ -493,7 +469,7 @@ def _insert_rows(cursor, connection, model, given, varying, *, returning=""):
 
 def _insert_instances(cursor, connection, identifiers, given):
     """Insert one instance per identifier (unique in the batch) with ``given`` values (see
-    ``_row``); return their keys in the order of ``identifiers``."""
+    ``row_values``); return their keys in the order of ``identifiers``."""
     keys = dict((identifier, key) for key, identifier in _insert_rows(
         cursor, connection, Instance, given, {"identifier": identifiers},
         returning="id, identifier"))

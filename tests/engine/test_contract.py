@@ -50,7 +50,8 @@ def test_engine_always_returns_an_engine_on_the_database_it_serves(choice, setti
     chosen = engines.engine()
     assert isinstance(chosen, Engine)
     assert chosen.database is databases.database_of(connection)
-    expected = {"postgresql": "postgresql", "sqlite": "sqlite"}.get(connection.vendor, "orm")
+    expected = {"postgresql": "postgresql", "sqlite": "sqlite", "mysql": "mysql"}.get(
+        connection.vendor, "orm")
     assert chosen.name == (expected if choice == "auto" else "orm")
 
 

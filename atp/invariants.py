@@ -80,7 +80,7 @@ def _offenders(settled):
     # A row leased for a moment is allowed to a live daemon only, and not at all once
     # settled; a pull consumer's lease of a task an operator ended or re-enqueued lasts
     # until its deadline (the consumer cannot be stopped), settled or not.
-    consumers_lease = Q(task__daemon__consumer__gt="", task__deadline__gt=Now())
+    consumers_lease = Q(task__daemon__consumer__isnull=False, task__deadline__gt=Now())
     transient_lease = (Q(task__daemon__isnull=False) & ~consumers_lease) if settled else dead_lease
 
     def ids(queryset):

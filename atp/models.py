@@ -32,6 +32,23 @@ DEFAULT_DEDUP_WINDOW = datetime.timedelta(days=9)
 STATUS_MAX_LENGTH = 10
 
 
+class ConditionalIndexes:
+    """A model some of whose indexes have a condition (``Index(condition=...)``), to keep
+    them small where most rows need no entry: ended tasks in the live-task index, leased
+    rows in the claim index.
+
+    A database without partial indexes (MariaDB, MySQL) builds each as a whole index on
+    the same columns, which serves the same queries in the same order, only larger;
+    atp's engine for it is written so (``docs/engines.md``). Django's warning about it
+    (``models.W037``: "conditions will be ignored") is answered here, rather than asking
+    every project on those databases to silence it.
+    """
+
+    @classmethod
+    def check(cls, **kwargs):
+        return [error for error in super().check(**kwargs) if error.id != "models.W037"]
+
+
 class Type(models.Model):
     """A task type: its handler and the parameters every task of the type shares."""
 
@@ -170,8 +187,10 @@ class Daemon(models.Model):
     )
     # A pull consumer holds leases like a daemon but never heartbeats: its leases end
     # at their deadline (atp.engine.pull), and no reaper declares it stopped.
+    # NULL for a daemon, not an empty name: one unique constraint with no condition
+    # holds on every database (MariaDB and MySQL have none with a condition).
     consumer = models.CharField(
-        max_length=CONSUMER_MAX_LENGTH, blank=True,
+        max_length=CONSUMER_MAX_LENGTH, null=True, blank=True, default=None,
         help_text="Set for a pull consumer (atp.lease_tasks): its name. It never "
         "heartbeats (its heartbeat is its first lease); its leases end at their deadline.",
     )
@@ -179,9 +198,7 @@ class Daemon(models.Model):
     class Meta:
         ordering = ["-started"]
         constraints = [
-            models.UniqueConstraint(
-                fields=["consumer"], condition=~Q(consumer=""), name="atp_daemon_consumer_uniq"
-            ),
+            models.UniqueConstraint(fields=["consumer"], name="atp_daemon_consumer_uniq"),
         ]
 
     def __str__(self):
@@ -200,7 +217,7 @@ class Daemon(models.Model):
         return ProcessIdentity(self.boot_id, self.pid_namespace, self.pid, self.process_start_ticks)
 
 
-class Instance(models.Model):
+class Instance(ConditionalIndexes, models.Model):
     """One task: what it is, where it stands, and how often it was tried."""
 
     id = models.BigAutoField(primary_key=True)
@@ -406,7 +423,7 @@ class LogRecord(models.Model):
         return f"task #{self.instance_id} {self.status or 'message'}"
 
 
-class Task(models.Model):
+class Task(ConditionalIndexes, models.Model):
     """The queue row of a live task: its place in the queue and, once claimed, its lease.
 
     It exists from enqueue until the task ends and no worker may still run it; a
@@ -552,7 +569,7 @@ class Schedule(models.Model):
         return Timetable(cron=self.cron, interval=self.interval, timezone=self.timezone)
 
 
-class Batch(models.Model):
+class Batch(ConditionalIndexes, models.Model):
     """Tasks enqueued together (``atp.batch``), and the task enqueued once all have ended.
 
     Once the batch is sealed (its ``with`` block ended) and none of its members is

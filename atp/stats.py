@@ -69,7 +69,7 @@ def _is_live(prefix=""):
 def live_daemons():
     """Return the daemons heard from within ``ATP_DAEMON_TIMEOUT_SECONDS``, with ``running`` counts."""
     return list(
-        Daemon.objects.filter(_is_live(), consumer="").annotate(running=Count("leases", distinct=True))
+        Daemon.objects.filter(_is_live(), consumer__isnull=True).annotate(running=Count("leases", distinct=True))
         .order_by("host", "pid")
     )
 

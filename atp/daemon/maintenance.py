@@ -54,7 +54,7 @@ def reap_gone_daemons_on_this_host(me):
     restarted = 0
     booted = _boot_moment()
     candidates = Daemon.objects.filter(host=socket.gethostname(), stopped__isnull=True,
-                                       consumer="")  # a pull consumer has no process
+                                       consumer__isnull=True)  # a pull consumer has no process
     for daemon in candidates.exclude(pk=me.pk):
         seen = processes.see(daemon.identity)
         if seen is Seen.RUNNING:

@@ -103,7 +103,7 @@ def _let_go(pk, daemon, reason, spends_restart):
 def heartbeat_counters(*, exclude=None):
     """Return the running daemons that heartbeat (not pull consumers, whose leases end at
     their deadline), each with its ``beats``, by key; without ``exclude``."""
-    rows = Daemon.objects.filter(stopped__isnull=True, consumer="").only("host", "pid", "beats")
+    rows = Daemon.objects.filter(stopped__isnull=True, consumer__isnull=True).only("host", "pid", "beats")
     if exclude is not None:
         rows = rows.exclude(pk=pk_of(exclude))
     return {daemon.pk: daemon for daemon in rows}

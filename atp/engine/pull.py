@@ -204,7 +204,7 @@ def expire_leases(*, type_ids=None, batch_size=EXPIRE_BATCH_SIZE):
     of. Only ``type_ids``' leases when given. Each in a transaction of its own, the
     deadline read again under the task's lock: a lease extended meanwhile stays.
     """
-    rows = Task.objects.filter(daemon__consumer__gt="").filter(
+    rows = Task.objects.filter(daemon__consumer__isnull=False).filter(
         Q(deadline__lt=Now()) | Q(deadline__isnull=True))
     if type_ids is not None:
         rows = rows.filter(type_id__in=type_ids)

@@ -98,7 +98,7 @@ def reenqueue(instance, message="", *, by=None):
     # A lease stays with its daemon until it has stopped the worker, and with a pull
     # consumer, which cannot be stopped, until its deadline; a held task's row is
     # claimable at once.
-    if locked.is_leased and Daemon.objects.filter(pk=locked.lease, consumer__gt="").exists():
+    if locked.is_leased and Daemon.objects.filter(pk=locked.lease, consumer__isnull=False).exists():
         queue_row(pk).update(paused_since=None)
     else:
         queue_row(pk).update(deadline=None, paused_since=None)

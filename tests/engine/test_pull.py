@@ -507,3 +507,23 @@ def test_a_reenqueued_failed_task_keeps_its_tag(pull_type):
     atp.reenqueue(task.pk)
     assert [t.pk for t in atp.lease_tasks("tests.pull", 1, 60, tag="red")] == [task.pk]
     assert_invariants()
+
+
+def test_two_consumers_of_one_name_are_refused_by_the_database_on_every_database(db):
+    """A consumer's row is made on its first lease (``get_or_create``): two first leases
+    racing must not make two rows of one name, or every later lease of that name fails
+    (``MultipleObjectsReturned``). The database refuses the second row, also where it
+    has no unique constraints with a condition (MariaDB, MySQL): a daemon's row has no
+    consumer name (NULL), not an empty one."""
+    from django.db import IntegrityError, transaction
+    from django.utils import timezone
+
+    from atp.models import Daemon
+
+    fields = {"host": "h", "pid": 0, "started": timezone.now(), "heartbeat": timezone.now()}
+    Daemon.objects.create(consumer="gpu-7", **fields)
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Daemon.objects.create(consumer="gpu-7", **fields)
+    Daemon.objects.create(**fields)
+    Daemon.objects.create(**fields)  # any number of daemons, which are no consumers
+    assert Daemon.objects.filter(consumer="gpu-7").count() == 1

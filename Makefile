@@ -15,6 +15,7 @@ export ATP_TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test
 ATP_BENCH_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/atp_bench
 ATP_BENCH_MYSQL_URL ?= mysql://root@127.0.0.1:3306/atp_bench
 export ATP_CHAOS_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/atp_chaos
+ATP_CHAOS_MYSQL_URL ?= mysql://root@127.0.0.1:3306/atp_chaos
 export ATP_TEST_MYSQL_URL ?= mysql://root@127.0.0.1:3306/test
 CHAOS_ARGS ?=
 ATP_REQUIRE_POSTGRES ?= 0
@@ -43,8 +44,9 @@ test: browser test-sqlite test-postgres test-mysql test-orm
 test-fast: $(VENV)/.installed
 	env -u ATP_TEST_DATABASE_URL $(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
 
-# The queue verbs' behaviour suite once more on their ORM forms (ATP_ENGINE = "orm"),
-# which serve databases without an engine of their own and operators' verbs.
+# The queue verbs' behaviour suite once more on the portable engine (ATP_ENGINE = "orm"),
+# which serves databases without an engine of their own: here on SQLite, and after the
+# database's own engine in test-postgres and test-mysql.
 ORM_TESTS ?= tests/engine tests/daemon/test_execution.py tests/test_api.py
 test-orm: $(VENV)/.installed
 	env -u ATP_TEST_DATABASE_URL ATP_TEST_ENGINE=orm $(PY) -m pytest $(PYTEST_ARGS) $(ORM_TESTS)
@@ -68,7 +70,9 @@ test-sqlite: $(VENV)/.installed
 test-postgres: $(VENV)/.installed
 	@if $(PY) -c 'import os, psycopg; psycopg.connect(os.environ["ATP_TEST_DATABASE_URL"], connect_timeout=5).close()' 2>/dev/null; then \
 		echo "== PostgreSQL: $$ATP_TEST_DATABASE_URL"; \
-		$(PY) -m pytest $(PYTEST_ARGS); \
+		$(PY) -m pytest $(PYTEST_ARGS) && \
+		echo "== PostgreSQL, the orm engine" && \
+		ATP_TEST_ENGINE=orm $(PY) -m pytest $(PYTEST_ARGS) $(ORM_TESTS); \
 	elif [ "$(ATP_REQUIRE_POSTGRES)" = "1" ]; then \
 		echo "PostgreSQL is required but $$ATP_TEST_DATABASE_URL does not answer" >&2; exit 1; \
 	else \
@@ -97,14 +101,18 @@ mysql_answers = $(PY) -c 'import sys, socket, urllib.parse as u; \
 	url = u.urlsplit(sys.argv[1]); \
 	socket.create_connection((url.hostname, url.port or 3306), timeout=5).close()' "$(1)"
 
-# The queue verbs' behaviour suite (the same as test-orm's) on the database's engine,
-# for now the portable one (docs/engines.md), and the daemon's wake-up by the doorbell.
-MYSQL_TESTS ?= $(ORM_TESTS) tests/daemon/test_wakeup.py
+# The queue verbs' behaviour suite (the same as test-orm's) on the database's engine
+# (mysql, docs/engines.md), the daemon's wake-up by the doorbell, Django's checks of
+# the models on it; then the verbs' suite on the orm engine.
+MYSQL_TESTS ?= $(ORM_TESTS) tests/daemon/test_wakeup.py tests/test_checks.py
 test-mysql: $(VENV)/.installed
 	@if $(call mysql_answers,$(ATP_TEST_MYSQL_URL)) 2>/dev/null; then \
 		$(MAKE) --no-print-directory $(VENV)/.mysql && \
 		echo "== MariaDB/MySQL: $$ATP_TEST_MYSQL_URL" && \
-		ATP_TEST_DATABASE_URL=$$ATP_TEST_MYSQL_URL $(PY) -m pytest $(PYTEST_ARGS) $(MYSQL_TESTS); \
+		ATP_TEST_DATABASE_URL=$$ATP_TEST_MYSQL_URL $(PY) -m pytest $(PYTEST_ARGS) $(MYSQL_TESTS) && \
+		echo "== MariaDB/MySQL, the orm engine" && \
+		ATP_TEST_DATABASE_URL=$$ATP_TEST_MYSQL_URL ATP_TEST_ENGINE=orm $(PY) -m pytest \
+			$(PYTEST_ARGS) $(ORM_TESTS); \
 	elif [ "$(ATP_REQUIRE_MYSQL)" = "1" ]; then \
 		echo "MariaDB/MySQL is required but $$ATP_TEST_MYSQL_URL does not answer" >&2; exit 1; \
 	else \
@@ -168,15 +176,26 @@ screenshots: $(VENV)/.installed browser
 		tests/browser/test_screenshots.py
 
 # Remove each guard of the queue's transitions in turn; a test must fail every time
-# (tests/guards.py; about 30 minutes, on demand).
+# on SQLite, PostgreSQL and MariaDB (tests/guards.py; about 45 minutes, on demand).
 guards: $(VENV)/.installed
 	$(PY) -m tests.guards
 
 # Daemons SIGKILLed at random while an operator steers tasks at random, on PostgreSQL
-# (tests/chaos.py; its database $(ATP_CHAOS_DATABASE_URL) is recreated). It prints its
-# figures and fails if an invariant broke, a task ran twice at once or never ended.
+# (tests/chaos.py; its database $(ATP_CHAOS_DATABASE_URL) is recreated), then on
+# MariaDB/MySQL ($(ATP_CHAOS_MYSQL_URL), recreated) when it answers (required with
+# ATP_REQUIRE_MYSQL=1). It prints its figures and fails if an invariant broke, a task
+# ran twice at once or never ended.
 chaos: $(VENV)/.installed
 	$(PY) -m tests.chaos $(CHAOS_ARGS)
+	@if $(call mysql_answers,$(ATP_CHAOS_MYSQL_URL)) 2>/dev/null; then \
+		$(MAKE) --no-print-directory $(VENV)/.mysql && \
+		echo "== chaos on MariaDB/MySQL: $(ATP_CHAOS_MYSQL_URL)" && \
+		ATP_CHAOS_DATABASE_URL=$(ATP_CHAOS_MYSQL_URL) $(PY) -m tests.chaos $(CHAOS_ARGS); \
+	elif [ "$(ATP_REQUIRE_MYSQL)" = "1" ]; then \
+		echo "MariaDB/MySQL is required but $(ATP_CHAOS_MYSQL_URL) does not answer" >&2; exit 1; \
+	else \
+		echo "== MariaDB/MySQL at $(ATP_CHAOS_MYSQL_URL) does not answer: chaos ran on PostgreSQL only"; \
+	fi
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check atp atp_demo tests bench

@@ -2,8 +2,9 @@
 
     python -m tests.chaos [--daemons 3] [--tasks 3000] [--duration 120] [--workers 2]
 
-On a PostgreSQL database of its own (``ATP_CHAOS_DATABASE_URL``, default
-``postgres://postgres@127.0.0.1:5432/atp_chaos``, dropped and created anew), N daemons
+On a PostgreSQL or MariaDB/MySQL database of its own (``ATP_CHAOS_DATABASE_URL``,
+default ``postgres://postgres@127.0.0.1:5432/atp_chaos``, dropped and created anew;
+``make chaos`` runs it on each server that answers), N daemons
 run thousands of tasks whose handlers also crash, fail, time out and start processes
 of their own. Every 2 s one daemon, picked at random, is SIGKILLed and a new one
 started; meanwhile an operator thread cancels, re-enqueues, pauses and resumes tasks
@@ -49,9 +50,10 @@ KINDS = {"quick": 55, "crash": 12, "fail": 10, "timeout": 5, "spawn": 8, "slow":
 
 
 def set_up(url):
-    from bench.database import recreate_postgres
+    from bench.database import recreate
 
-    recreate_postgres(url)
+    if not recreate(url):
+        raise SystemExit(f"chaos runs on a PostgreSQL or MariaDB/MySQL server, not {url}")
     os.environ["ATP_TEST_DATABASE_URL"] = url
     os.environ["DJANGO_SETTINGS_MODULE"] = "tests.settings"
     import django

@@ -1,14 +1,14 @@
 """Check the suite against the guards of the queue's transitions: remove each, a test must fail.
 
-    python -m tests.guards [--database sqlite|postgres|orm|all] [--only TEXT] [--list]
+    python -m tests.guards [--database sqlite|postgres|mysql|orm|all] [--only TEXT] [--list]
 
 A guard no test needs is a guard nobody checked. For every guard of a transition
 (a status, an attempt, a lease holder, a stopped daemon, a held task) this copies the
 project to a temporary directory, removes that one guard from the copy, and runs the
 fast tests of the queue there; the run must fail. It prints one line per guard and
 database, and exits 1 if a guard survived (no test failed without it). ``make guards``
-runs it on SQLite and PostgreSQL with their engines, and on SQLite with the ORM forms
-(``orm``); it is not part of ``make test``.
+runs it on SQLite, PostgreSQL and MariaDB/MySQL (``ATP_TEST_MYSQL_URL``) with their
+engines, and on SQLite with the ORM forms (``orm``); it is not part of ``make test``.
 """
 
 import argparse
@@ -27,6 +27,8 @@ TESTS = ["tests/engine", "tests/daemon/test_execution.py", "tests/test_states.py
          "tests/test_liveness.py",
          "tests/daemon/test_control.py::test_a_task_stuck_before_its_handler_starts_times_out_from_its_claim"]
 POSTGRES_URL = os.environ.get("ATP_TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test")
+MYSQL_URL = os.environ.get("ATP_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/test")
+DATABASES = ("sqlite", "postgres", "mysql", "orm")
 
 
 @dataclass(frozen=True)
@@ -37,11 +39,12 @@ class Guard:
     path: str
     guarded: str
     unguarded: str
-    databases: tuple = ("sqlite", "postgres", "orm")
+    databases: tuple = DATABASES
 
 
 HOT = ("postgres",)  # the PostgreSQL engine's single statements
 LITE = ("sqlite",)  # the SQLite engine's statements
+MY = ("mysql",)  # the MariaDB/MySQL engine's statements and decisions
 ORM = ("orm",)  # the ORM forms of the verbs the engines run (ATP_ENGINE = "orm")
 #: Guards against a race between two transactions' statements, which SQLite's one
 #: writer at a time rules out.
@@ -73,6 +76,18 @@ GUARDS = [
           '"WHERE daemon_id IS NULL AND not_before <= %s "', LITE),
     Guard("claim: daemon not stopped (lite)", "atp/engine/sqlite.py",
           "WHERE id = %s AND stopped IS NULL", "WHERE id = %s", LITE),
+    Guard("claim: task is ACCEPTED (my)", "atp/engine/mysql.py",
+          "if pk in found and found[pk].status in CLAIMABLE]", "if pk in found]", MY),
+    Guard("claim: row unleased (my)", "atp/engine/mysql.py",
+          '"WHERE daemon_id IS NULL AND paused_since IS NULL AND not_before <= %s "',
+          '"WHERE paused_since IS NULL AND not_before <= %s "', MY),
+    Guard("claim: row not held (my)", "atp/engine/mysql.py",
+          '"WHERE daemon_id IS NULL AND paused_since IS NULL AND not_before <= %s "',
+          '"WHERE daemon_id IS NULL AND not_before <= %s "', MY),
+    Guard("claim: daemon not stopped (my)", "atp/engine/mysql.py",
+          "WHERE id = %s AND stopped IS NULL", "WHERE id = %s", MY),
+    Guard("claim: concurrency counts leases (my)", "atp/engine/mysql.py",
+          'FROM {TASK} WHERE daemon_id IS NOT NULL AND "', 'FROM {TASK} WHERE "', MY),
     Guard("claim: task is ACCEPTED", "atp/engine/claim.py",
           "good = [pk for pk in pks if states.get(pk) == Status.ACCEPTED]", "good = list(pks)",
           ORM),
@@ -116,6 +131,20 @@ GUARDS = [
     Guard("finish: leased (lite)", "atp/engine/sqlite.py",
           'DEQUEUE = f"DELETE FROM {TASK} WHERE instance_id = %s AND daemon_id IS NOT NULL"',
           'DEQUEUE = f"DELETE FROM {TASK} WHERE instance_id = %s"', LITE),
+    Guard("start: attempt (my)", "atp/engine/mysql.py",
+          "AND status = '{Status.SCHEDULED}' AND attempt = %s\"",
+          "AND status = '{Status.SCHEDULED}' AND %s IS NOT NULL\"", MY),
+    Guard("start: SCHEDULED (my)", "atp/engine/mysql.py",
+          "WHERE id = %s AND status = '{Status.SCHEDULED}' AND attempt", "WHERE id = %s AND attempt",
+          MY),
+    Guard("finish: attempt (my)", "atp/engine/mysql.py",
+          "WHERE id = %s AND attempt = %s AND {one_of('status', ENDS_FROM",
+          "WHERE id = %s AND %s IS NOT NULL AND {one_of('status', ENDS_FROM", MY),
+    Guard("finish: running or paused (my)", "atp/engine/mysql.py",
+          " AND {one_of('status', ENDS_FROM[Status.FINISHED])}\"", '"', MY),
+    Guard("finish: leased (my)", "atp/engine/mysql.py",
+          'DEQUEUE = f"DELETE FROM {TASK} WHERE instance_id = %s AND daemon_id IS NOT NULL"',
+          'DEQUEUE = f"DELETE FROM {TASK} WHERE instance_id = %s"', MY),
     # The supervisor's batched ends (settle).
     Guard("settle: attempt (hot)", "atp/engine/postgresql.py",
           "AND p.id = i.id AND i.attempt = b.attempt AND (", "AND p.id = i.id AND (", HOT),
@@ -144,6 +173,17 @@ GUARDS = [
     Guard("settle: leased (lite)", "atp/engine/sqlite.py",
           "WHERE instance_id = %s AND daemon_id IS NOT NULL)\"",
           "WHERE instance_id = %s)\"", LITE),
+    Guard("settle: attempt (my)", "atp/engine/mysql.py",
+          "            if attempt != outcome.attempt:\n", "            if False:\n", MY),
+    Guard("settle: from its sources (my)", "atp/engine/mysql.py",
+          "elif status == Status.RUNNING or current not in ENDS_FROM.get(status, ()):",
+          "elif status == Status.RUNNING or status not in ENDS_FROM:", MY),
+    Guard("settle start: from scheduled (my)", "atp/engine/mysql.py",
+          "if (outcome.started_ago is not None and current == Status.SCHEDULED\n",
+          "if (outcome.started_ago is not None\n", MY),
+    Guard("settle: leased (my)", "atp/engine/mysql.py",
+          '"AND daemon_id IS NOT NULL ORDER BY instance_id FOR UPDATE"',
+          '"ORDER BY instance_id FOR UPDATE"', MY),
     Guard("finish, fail: leased", "atp/engine/lifecycle.py",
           "if not queue_row(pk).filter(daemon__isnull=False).delete()[0]:",
           "if not queue_row(pk).delete()[0] and False:"),
@@ -186,6 +226,8 @@ GUARDS = [
           "_stamp(moment + instance.type.timeout)", "None", LITE),
     Guard("time-out from the claim (hot)", "atp/engine/postgresql.py",
           ",\n        deadline = STATEMENT_TIMESTAMP() + ty.timeout", "", HOT),
+    Guard("time-out from the claim (my)", "atp/engine/mysql.py",
+          "(pk, now + types[pk].timeout)", "(pk, None)", MY),
 ]
 
 
@@ -218,6 +260,8 @@ def run_tests(root, database):
     env.pop("ATP_TEST_ENGINE", None)
     if database == "postgres":
         env["ATP_TEST_DATABASE_URL"] = POSTGRES_URL
+    elif database == "mysql":
+        env["ATP_TEST_DATABASE_URL"] = MYSQL_URL
     elif database == "orm":  # SQLite, on the ORM forms of the verbs
         env["ATP_TEST_ENGINE"] = "orm"
     result = subprocess.run(
@@ -229,7 +273,7 @@ def run_tests(root, database):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--database", choices=["sqlite", "postgres", "orm", "all"], default="all")
+    parser.add_argument("--database", choices=[*DATABASES, "all"], default="all")
     parser.add_argument("--only", default="", help="check the guards whose name holds this")
     parser.add_argument("--list", action="store_true", help="list the guards and stop")
     options = parser.parse_args()
@@ -238,8 +282,7 @@ def main():
         for guard in guards:
             print(f"{guard.name:40} {guard.path} ({', '.join(guard.databases)})")
         return 0
-    databases = (["sqlite", "postgres", "orm"] if options.database == "all"
-                 else [options.database])
+    databases = list(DATABASES) if options.database == "all" else [options.database]
     survivors = []
     began = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="atp-guards-") as scratch:

@@ -11,6 +11,7 @@ from atp.daemon.outage import Backoff, retry_while_unreachable
 from atp.models import Instance
 from atp.states import Status
 from tests import pg_sessions
+from tests.link import Link
 from tests.processes import wait_until
 
 
@@ -128,6 +129,69 @@ def test_an_outage_neither_spins_the_supervisor_nor_churns_workers(postgres_only
     task = atp.enqueue("tests.echo")
     wait_until(lambda: Instance.objects.get(pk=task.pk).status == Status.FINISHED,
                timeout=60, message="runs after the outage", output=daemon.output)
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait(30) == 0, daemon.output()
+
+
+@pytest.fixture
+def link():
+    """A link to the test's database server that the test can cut (``tests.link``), and
+    the URL a daemon connects through it with."""
+    if connection.vendor == "sqlite":
+        pytest.skip("a database server")
+    settings = connection.settings_dict
+    scheme = {"postgresql": "postgres"}.get(connection.vendor, connection.vendor)
+    opened = Link(settings["HOST"] or "127.0.0.1", settings["PORT"] or
+                  {"postgres": 5432, "mysql": 3306}[scheme])
+    password = f":{settings['PASSWORD']}" if settings["PASSWORD"] else ""
+    opened.url = f"{scheme}://{settings['USER']}{password}@127.0.0.1:{opened.port}/{settings['NAME']}"
+    yield opened
+    opened.close()
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_server_restart_is_ridden_out_by_running_tasks(link, start_daemon):
+    """What a daemon sees of its server restarting (MariaDB's, PostgreSQL's): every
+    connection dropped at once and new ones refused for seconds. Running tasks go on,
+    waiting ones run after, none is restarted."""
+    atp.register_task_type("tests.sleep", "tests.handlers.sleep")
+    first = atp.enqueue_many("tests.sleep", [{"seconds": 2.5}] * 2, priority=1)
+    queued = atp.enqueue_many("tests.sleep", [{"seconds": 0.1}] * 4)
+    daemon = start_daemon("--workers", 2, ATP_DAEMON_TIMEOUT_SECONDS=15,
+                          ATP_HEARTBEAT_INTERVAL_SECONDS=0.5, ATP_TEST_DATABASE_URL=link.url)
+    wait_until(lambda: Instance.objects.filter(status=Status.RUNNING).count() == 2,
+               timeout=30, message="two tasks running", output=daemon.output)
+    assert link.connections() > 0, "the daemon connects through the link"
+    link.cut(4)
+    wait_until(lambda: finished_count() == 6, timeout=60, message="all tasks finished",
+               output=daemon.output)
+    for instance in Instance.objects.filter(pk__in=[t.pk for t in [*first, *queued]]):
+        assert (instance.attempt, instance.restarts) == (1, 0)
+    assert "database unavailable" in daemon.output()
+    assert "database available again" in daemon.output()
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait(30) == 0, daemon.output()
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_connections_dropped_again_and_again_lose_no_task(link, start_daemon):
+    atp.register_task_type("tests.sleep", "tests.handlers.sleep")
+    tasks = atp.enqueue_many("tests.sleep", [{"seconds": 0.05, "progress": True}] * 200)
+    daemon = start_daemon("--workers", 3, ATP_TEST_DATABASE_URL=link.url)
+    wait_until(lambda: finished_count() > 20, timeout=60, message="tasks running",
+               output=daemon.output)
+    drops = 0
+    while finished_count() < 200 and drops < 200:
+        time.sleep(0.7)
+        link.cut(0)
+        drops += 1
+    wait_until(lambda: finished_count() == 200, timeout=120, message="all tasks finished",
+               output=daemon.output)
+    assert daemon.process.poll() is None, "the daemon died"
+    assert {i.status for i in Instance.objects.filter(pk__in=[t.pk for t in tasks])} == {
+        Status.FINISHED}
     daemon.signal(signal.SIGTERM)
     assert daemon.wait(30) == 0, daemon.output()
 

@@ -98,6 +98,13 @@ class Engine(abc.ABC):
         creation time)`` per task, or None as ``enqueue`` does."""
 
     @abc.abstractmethod
+    def lease(self, type_id, limit, lease, tag, group_by_tag, consumer):
+        """Lease up to ``limit`` runnable tasks of pull type ``type_id`` to the consumer
+        named ``consumer`` for ``lease`` (a timedelta), those tagged ``tag`` or, with
+        ``group_by_tag``, those sharing the first one's tag; return them RUNNING in claim
+        order, with their type, inputs and holder (``atp.engine.pull.lease_tasks``)."""
+
+    @abc.abstractmethod
     def next_due(self, type_ids, within):
         """Return in how many seconds the first waiting task of ``type_ids`` (unleased,
         unpaused) becomes runnable, if within ``within`` seconds; else None."""

@@ -31,6 +31,7 @@ from atp.engine.contract import Engine
 from atp.engine.enqueue import insert_tasks
 from atp.engine.lifecycle import finish_in_transaction, settle_each, start_attempt
 from atp.engine.locks import for_update
+from atp.engine.pull import lease_in_transaction
 from atp.exceptions import DaemonStopped
 from atp.models import Daemon, Instance, Task, Type
 from atp.rates import tokens_now
@@ -74,6 +75,10 @@ class OrmEngine(Engine):
         written = insert_tasks(task_type, list(zip(identifiers, data, strict=True)), priority,
                           not_before, named, tag)
         return [(instance.pk, instance.identifier, instance.created) for instance in written]
+
+    def lease(self, type_id, limit, lease, tag, group_by_tag, consumer):
+        return self.transaction(lambda: lease_in_transaction(
+            type_id, limit, lease, tag, group_by_tag, consumer))
 
     def next_due(self, type_ids, within):
         bound = Now() + datetime.timedelta(seconds=within)

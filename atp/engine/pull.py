@@ -20,6 +20,7 @@ from django.db.models.functions import Now
 
 from atp.engine.base import queue_write
 from atp.engine.claim import lease_rows, read_runnable, repair_stray_row, runnable_tasks
+from atp.engine.engines import engine
 from atp.engine.lifecycle import fail_or_retry, finish, queue_row, release, restart, start_attempt
 from atp.engine.locks import lock_task
 from atp.engine.transitions import refusal
@@ -76,11 +77,14 @@ def lease_tasks(type_identifier, limit, lease_seconds, tag=None, group_by_tag=Fa
         raise InvalidParameter(f"group_by_tag must be True or False, not {group_by_tag!r}")
     consumer = _clean_consumer(consumer)
     expire_leases(type_ids=[task_type.pk])
-    return _lease(task_type.pk, limit, lease, tag, group_by_tag, consumer)
+    return engine().lease(task_type.pk, limit, lease, tag, group_by_tag, consumer)
 
 
-@queue_write
-def _lease(type_id, limit, lease, tag, group_by_tag, consumer):
+def lease_in_transaction(type_id, limit, lease, tag, group_by_tag, consumer):
+    """Lease up to ``limit`` runnable tasks of pull type ``type_id`` to ``consumer`` for
+    ``lease`` (a timedelta), as ``lease_tasks`` says, in the caller's transaction; return
+    them RUNNING with their type, inputs and holder. The portable form, with row locks
+    that skip locked rows where the database has them (``read_runnable``)."""
     holder = _consumer(consumer)
     rows = runnable_tasks([type_id])
     if tag is not None:

@@ -158,3 +158,11 @@ class StatementsEngine(Engine):
 
     def next_due(self, type_ids, within):
         return self.statements.next_due(type_ids, within)
+
+    def lease(self, type_id, limit, lease, tag, group_by_tag, consumer):
+        # Pull consumers lease in the portable form on every database: a lease is no
+        # daemon's hot path, and its statements are the ORM's (``atp.engine.pull``).
+        from atp.engine.pull import lease_in_transaction
+
+        return self.transaction(lambda: lease_in_transaction(
+            type_id, limit, lease, tag, group_by_tag, consumer))

@@ -11,11 +11,12 @@ from django.db.utils import ConnectionHandler
 from atp.conf import conf
 from atp.engine import databases, engines
 from atp.engine.contract import VERBS, Engine
+from atp.engine.mysql import MySQLEngine
 from atp.engine.orm import OrmEngine
 from atp.engine.postgresql import PostgreSQLEngine
 from atp.engine.sqlite import SQLiteEngine
 
-ENGINES = [PostgreSQLEngine, SQLiteEngine, OrmEngine]
+ENGINES = [PostgreSQLEngine, SQLiteEngine, MySQLEngine, OrmEngine]
 ATP = Path(__file__).resolve().parents[2] / "atp"
 #: What only atp/engine/ may compare to: a vendor, or a module of one.
 VENDORS = {"postgresql", "sqlite", "mysql", "oracle", "mariadb"}
@@ -23,7 +24,7 @@ VENDORS = {"postgresql", "sqlite", "mysql", "oracle", "mariadb"}
 
 def test_the_contract_names_the_verbs_of_the_hot_path():
     assert set(VERBS) == {"claim", "settle_and_claim", "settle", "start", "finish", "enqueue",
-                          "enqueue_many", "next_due"}
+                          "enqueue_many", "next_due", "lease"}
 
 
 @pytest.mark.parametrize("engine_class", ENGINES, ids=lambda cls: cls.name)

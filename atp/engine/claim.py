@@ -26,6 +26,7 @@ from atp.engine.base import daemon_label, database, pk_of, queue_write
 from atp.engine.databases import database_of
 from atp.engine.engines import engine
 from atp.engine.locks import for_update, lock_task
+from atp.engine.outcomes import one_per_task
 from atp.engine.sql import CLAIM_INDEX, CLAIM_ORDER, check_start
 from atp.engine.transitions import move, write_history
 from atp.exceptions import InvalidParameter, TaskTypeNotFound
@@ -84,7 +85,7 @@ def settle_and_claim(daemon, outcomes, limit, type_ids, *, start, limited=False)
     been written.
     """
     settled, (instances, strays) = engine().settle_and_claim(
-        daemon, list(outcomes), limit, list(type_ids), start=check_start(start), limited=limited)
+        daemon, one_per_task(outcomes), limit, list(type_ids), start=check_start(start), limited=limited)
     if strays:
         _repair_strays(strays)
     return settled, instances

@@ -25,6 +25,7 @@ from atp.engine.base import database, pk_of, queue_write
 from atp.engine.engines import engine
 from atp.engine.locks import lock_task
 from atp.engine.notify import notify_runnable
+from atp.engine.outcomes import one_per_task
 from atp.engine.records import store_encoded, store_response
 from atp.engine.transitions import move, refusal, write_history
 from atp.exceptions import InvalidTransition, TaskNotFound
@@ -110,7 +111,7 @@ def settle(daemon, outcomes):
     attempt was superseded, or whose task went on (an operator ended or re-enqueued
     it), writes nothing, and the others are written all the same.
     """
-    outcomes = list(outcomes)
+    outcomes = one_per_task(outcomes)
     if not outcomes:
         return set()
     return engine().settle(daemon, outcomes)

@@ -380,7 +380,8 @@ def settle(daemon, outcomes, *, now=None):
                        "ORDER BY id FOR UPDATE", leased)
         prior = {pk: (status, attempt) for pk, status, attempt in cursor.fetchall()}
         label = daemon_label(daemon)
-        writes, entries, dequeued, stored = [], [], [], []
+        # Per task (one outcome each, ``outcomes.one_per_task``) its state, start and end.
+        writes, entries, dequeued, stored = {}, [], [], []
         for outcome in outcomes:
             pk, status = outcome.pk, outcome.status
             if pk not in prior:
@@ -397,8 +398,7 @@ def settle(daemon, outcomes, *, now=None):
             elif status == Status.RUNNING or current not in ENDS_FROM.get(status, ()):
                 continue
             ended = None if status == Status.RUNNING else now
-            writes += [pk, str(status), began, ended]
-            prior[pk] = (status, attempt)  # an outcome repeated finds it moved
+            writes[pk] = (str(status), began, ended)
             if ended is not None:
                 dequeued.append(pk)
                 entries.append((pk, now, status, attempt, outcome.message, label))
@@ -406,14 +406,15 @@ def settle(daemon, outcomes, *, now=None):
                     data, content_type, charset = outcome.response
                     stored.append((pk, data, content_type, charset, len(data), now))
         if writes:
-            cursor.execute(_ends_statement(len(writes) // 4), [*writes, now])
+            cursor.execute(_ends_statement(len(writes)), [
+                *(value for pk, row in writes.items() for value in (pk, *row)), now])
         if dequeued:
             cursor.execute(f"DELETE FROM {TASK} WHERE {_in('instance_id', dequeued)}", dequeued)
         if entries:
             cursor.executemany(LOG_ROW, entries)
         if stored:
             cursor.executemany(STORE, stored)
-    return set(writes[::4])
+    return set(writes)
 
 
 def settle_and_claim(daemon, outcomes, limit, type_ids, start):

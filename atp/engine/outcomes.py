@@ -25,6 +25,22 @@ ENDINGS = (Status.FINISHED, Status.FAILED, Status.ACCEPTED)
 AFTER_START = (Status.RUNNING, Status.FINISHED, Status.FAILED)
 
 
+def one_per_task(outcomes):
+    """Return ``outcomes`` as a list, checked: a batch written together (``settle``) holds
+    at most one outcome per task, the whole of what its attempt reported (a start not
+    written goes with its end, ``since_start``). An engine writes a batch in one
+    statement, where two rows of one task would leave one of them unwritten. Raise
+    ``ValueError`` before writing anything."""
+    outcomes = list(outcomes)
+    seen, twice = set(), set()
+    for outcome in outcomes:
+        (twice if outcome.pk in seen else seen).add(outcome.pk)
+    if twice:
+        raise ValueError(f"a batch of outcomes holds one per task, not several of task(s) "
+                         f"{', '.join(f'#{pk}' for pk in sorted(twice))}")
+    return outcomes
+
+
 @dataclass(frozen=True)
 class Outcome:
     """The end of attempt ``attempt`` of task ``pk``: ``status`` FINISHED (with its encoded

@@ -117,6 +117,25 @@ def test_settle_writes_the_start_a_prefetched_task_had_with_its_end_or_alone(noo
     assert settle(daemon, [Outcome.finished(still.pk, 1, None)]) == {still.pk}
 
 
+@pytest.mark.parametrize("with_claim", [False, True], ids=["settle", "settle and claim"])
+def test_two_outcomes_of_one_task_in_one_batch_are_refused_before_writing(
+        noop_type, daemon, with_claim):
+    """A batch holds one outcome per task (a start not written goes with its end): an
+    engine that writes a batch in one statement would write one of two and lose the
+    other (PostgreSQL's wrote the start and left the task RUNNING, its end lost)."""
+    task, other = atp.enqueue("tests.noop"), atp.enqueue("tests.noop")
+    engine.claim_for_daemon(daemon, 2, [noop_type.pk], start=0)
+    batch = [Outcome.finished(other.pk, 1, None).since_start(0.1),
+             Outcome.started(task.pk, 1, 0.3), Outcome.finished(task.pk, 1, "done")]
+    with pytest.raises(ValueError, match=rf"one per task, not several of task\(s\) #{task.pk}$"):
+        if with_claim:
+            engine.settle_and_claim(daemon, batch, 1, [noop_type.pk], start=1)
+        else:
+            settle(daemon, batch)
+    assert set(Instance.objects.values_list("status", flat=True)) == {Status.SCHEDULED}
+    assert settle(daemon, [Outcome.finished(task.pk, 1, "done").since_start(0.3)]) == {task.pk}
+
+
 def test_an_end_with_a_start_already_written_ends_the_task_once_started(noop_type, daemon):
     """A round wrote a start but its answer was lost (the connection went): the end,
     sent again with its start, is written as an end alone."""

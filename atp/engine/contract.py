@@ -48,10 +48,12 @@ class Engine(abc.ABC):
     def __repr__(self):
         return f"<{type(self).__name__} engine on {type(self.database).__name__}>"
 
-    def transaction(self, function):
+    def transaction(self, function, *, one_statement=None):
         """Run ``function()`` as one of this engine's verbs: its own retried transaction,
-        or a savepoint of the caller's."""
-        return run_in_transaction(function, database(), single_statement=self.one_statement)
+        or a savepoint of the caller's. ``one_statement`` (default: the engine's) runs it
+        without BEGIN and COMMIT: say False for a verb of several statements."""
+        single = self.one_statement if one_statement is None else one_statement
+        return run_in_transaction(function, database(), single_statement=single)
 
     @abc.abstractmethod
     def claim(self, daemon, limit, type_ids, *, start=0, inputs=False, limited=False):

@@ -165,4 +165,4 @@ class StatementsEngine(Engine):
         from atp.engine.pull import lease_in_transaction
 
         return self.transaction(lambda: lease_in_transaction(
-            type_id, limit, lease, tag, group_by_tag, consumer))
+            type_id, limit, lease, tag, group_by_tag, consumer), one_statement=False)

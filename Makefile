@@ -22,7 +22,8 @@ ATP_REQUIRE_POSTGRES ?= 0
 ATP_REQUIRE_MYSQL ?= 0
 DJANGO_COMPAT ?= Django>=4.2,<5.0
 
-.PHONY: demo test test-fast browser test-sqlite test-postgres test-mysql test-orm test-compat \
+.PHONY: demo test test-fast browser test-sqlite test-postgres test-postgres-fast test-mysql \
+	test-orm test-compat \
 	test-django6 bench \
 	bench-admin soak screenshots \
 	guards chaos lint clean
@@ -125,20 +126,38 @@ PYTHON312 ?= $(shell for p in python3.12 "$$(pyenv root 2>/dev/null)/versions/3.
 	"$$p" -c 'import sys; assert sys.version_info[:2] == (3, 12)' >/dev/null 2>&1 && echo "$$p" && break; done)
 DJANGO_NEXT ?= Django>=6.0,<6.2
 
-# The whole suite on Django 6 and Python 3.12, in a venv of its own, on both databases.
+# The other supported Djangos' stacks (test-compat, test-django6): what a Django version
+# changes (the ORM, the admin, migrations, the Tasks framework) is run on each; the
+# daemons' processes and the databases' own behaviour, which no Django version changes,
+# run once per database in the main stack's `make test`. So: the whole suite on SQLite,
+# the fast tests on PostgreSQL (every test but the `slow` ones: real daemons and
+# processes, large tables), and the orm engine's suite on SQLite.
+STACK_TARGETS ?= test-sqlite test-postgres-fast test-orm
+
+test-postgres-fast: $(VENV)/.installed
+	@if $(PY) -c 'import os, psycopg; psycopg.connect(os.environ["ATP_TEST_DATABASE_URL"], connect_timeout=5).close()' 2>/dev/null; then \
+		echo "== PostgreSQL, the fast tests: $$ATP_TEST_DATABASE_URL"; \
+		$(PY) -m pytest -m "not slow" $(PYTEST_ARGS); \
+	elif [ "$(ATP_REQUIRE_POSTGRES)" = "1" ]; then \
+		echo "PostgreSQL is required but $$ATP_TEST_DATABASE_URL does not answer" >&2; exit 1; \
+	else \
+		echo "== PostgreSQL at $$ATP_TEST_DATABASE_URL does not answer: skipped"; \
+	fi
+
+# Django 6 and Python 3.12, in a venv of its own (STACK_TARGETS).
 test-django6:
 	@if [ -z "$(PYTHON312)" ]; then \
 		echo "the Django 6 stack needs Python 3.12, and none was found (python3.12, or pyenv's 3.12.1)" >&2; \
 		exit 1; fi
 	$(MAKE) .venv-django6/.installed VENV=.venv-django6 PYTHON="$(PYTHON312)"
 	.venv-django6/bin/python -m pip install --quiet '$(DJANGO_NEXT)'
-	$(MAKE) test VENV=.venv-django6
+	$(MAKE) browser $(STACK_TARGETS) VENV=.venv-django6
 
-# The oldest supported Django, in a venv of its own, on both databases.
+# The oldest supported Django, in a venv of its own (STACK_TARGETS).
 test-compat:
 	$(MAKE) .venv-compat/.installed VENV=.venv-compat
 	.venv-compat/bin/python -m pip install --quiet '$(DJANGO_COMPAT)'
-	$(MAKE) test VENV=.venv-compat
+	$(MAKE) browser $(STACK_TARGETS) VENV=.venv-compat
 
 # Drain rate and enqueue->start latency of atpd (see bench/daemon.py), then 3 minutes of
 # a steady stream at a third of the drain rate (bench/stream.py), on SQLite and, when it

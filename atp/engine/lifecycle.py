@@ -70,7 +70,7 @@ def start_attempt(pk, attempt, daemon, by=None, *, seconds_ago=None):
                                         output_field=DateTimeField()), Subquery(claimed))
     return move(
         pk, Status.RUNNING, sources={Status.SCHEDULED}, attempt=attempt,
-        changes={"started": at}, daemon=daemon, by=by, at=at,
+        changes={"started": at}, daemon=daemon, by=by, dated_by="started",
     )
 
 

@@ -232,7 +232,7 @@ namespaces = pytest.mark.skipif(not can_make_namespaces(), reason="needs root an
 @namespaces
 @pytest.mark.django_db(transaction=True)
 def test_daemons_on_two_hosts_share_the_queue_and_reap_each_other_only_when_silent(
-        postgres_only, start_daemon, tmp_path):
+        start_daemon, tmp_path):
     atp.register_task_type("tests.sleep", "tests.handlers.sleep")
     long = atp.enqueue("tests.sleep", {"seconds": 60})
     host_a = start_daemon("--workers", 1, hostname="atp-host-a")
@@ -254,7 +254,7 @@ def test_daemons_on_two_hosts_share_the_queue_and_reap_each_other_only_when_sile
 @namespaces
 @pytest.mark.django_db(transaction=True)
 def test_two_containers_with_one_host_name_do_not_reap_each_other(
-        postgres_only, start_daemon, tmp_path):
+        start_daemon, tmp_path):
     """Containers on a host's network share its name, and each sees its own pids."""
     atp.register_task_type("tests.sleep", "tests.handlers.sleep")
     long = atp.enqueue("tests.sleep", {"seconds": 60})

@@ -187,7 +187,8 @@ def fail_or_retry(instance, message="", *, attempt, daemon=None, countdown=None)
             message = f"{message}\nnot retried: its type allows no retry (retry_limit, age_limit)"
         queue_row(pk).delete()
         return move(pk, Status.FAILED, sources=set(IN_FLIGHT), attempt=attempt,
-                    changes={"finished": now}, message=message.strip(), daemon=daemon)
+                    changes={"finished": now}, message=message.strip(), daemon=daemon,
+                    dated_by="finished")
     number = retries + 1
     wait = (datetime.timedelta(seconds=countdown) if countdown is not None
             else policy.backoff(number))

@@ -74,6 +74,17 @@ def test_a_change_and_its_history_entry_bear_one_time(noop_type, daemon):
     assert entry_time(done, Status.FINISHED) == done.finished
 
 
+def test_a_failure_past_its_retries_and_its_history_entry_bear_one_time(noop_type, daemon):
+    queued = atp.enqueue("tests.noop")
+    claim_exactly(queued, daemon)
+    engine.start(queued.pk, attempt=1, daemon=daemon)
+    with clock_moving_on_after_each_update():
+        engine.fail_or_retry(queued.pk, "Traceback: boom", attempt=1, daemon=daemon)
+    failed = Instance.objects.get(pk=queued.pk)
+    assert failed.status == Status.FAILED
+    assert entry_time(failed, Status.FAILED) == failed.finished
+
+
 def test_a_prefetched_start_and_its_history_entry_bear_one_time(noop_type, daemon):
     """A start written after it began (``settle``'s portable form) is dated once, for
     the task and for its history."""

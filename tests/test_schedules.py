@@ -401,17 +401,20 @@ def test_declarations_are_written_each_alone_a_refused_one_logged(noop_type, dec
 @pytest.fixture
 def fresh_database(tmp_path):
     """Return the name of a database no migration ran on: a new file on SQLite, a new
-    database on PostgreSQL (dropped after the test)."""
+    database on a server (dropped after the test)."""
     if connection.vendor == "sqlite":
         yield str(tmp_path / "fresh.sqlite3")
         return
     name = f"{connection.settings_dict['NAME']}_fresh"
+    quoted = connection.ops.quote_name(name)
     with connection.cursor() as cursor:
-        cursor.execute(f'DROP DATABASE IF EXISTS "{name}"')
-        cursor.execute(f'CREATE DATABASE "{name}"')
+        cursor.execute(f"DROP DATABASE IF EXISTS {quoted}")
+        cursor.execute(f"CREATE DATABASE {quoted}")
     yield name
+    # Every process of the test has exited (PostgreSQL waits a few seconds for their
+    # sessions to end).
     with connection.cursor() as cursor:
-        cursor.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        cursor.execute(f"DROP DATABASE IF EXISTS {quoted}")
 
 
 def run_in(database, *arguments, code=None):

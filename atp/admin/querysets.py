@@ -3,6 +3,7 @@
 import calendar
 import datetime
 
+from django.db import connections
 from django.db.models import Max, Min, QuerySet
 from django.utils import timezone
 
@@ -17,6 +18,9 @@ class DateProbingQuerySet(QuerySet):
     ``SELECT DISTINCT date_trunc(...)``, which reads every row. Here the first and last
     time come from the index, and each period between them is asked whether it has a
     row (``EXISTS``, an index range probe): a dozen probes instead of a million rows.
+    Periods are local time, computed here: the database is only asked for ranges of
+    UTC times, so it needs no time-zone tables (MariaDB and MySQL have none loaded
+    unless ``mysql_tzinfo_to_sql`` was run).
     """
 
     def aggregate(self, *args, **kwargs):
@@ -34,13 +38,25 @@ class DateProbingQuerySet(QuerySet):
         bounds = self.aggregate(first=Min(field_name), last=Max(field_name))
         if bounds["first"] is None:
             return []
-        periods = list(_periods(timezone.localtime(bounds["first"]),
-                                timezone.localtime(bounds["last"]), kind))
-        if len(periods) > MAX_PROBES:
+        first = timezone.localtime(bounds["first"])
+        periods = list(_periods(first, timezone.localtime(bounds["last"]), kind))
+        if len(periods) <= MAX_PROBES:
+            found = [start for start, end in periods if self._has_row(field_name, start, end)]
+        elif connections[self.db].features.has_zoneinfo_database:  # one pass over the rows
             return list(super().datetimes(field_name, kind, order, tzinfo))
-        found = [start for start, end in periods if self._has_row(field_name, start, end)]
+        else:
+            found = list(self._walk(field_name, first, kind))
         return found if order == "ASC" else found[::-1]
 
+    def _walk(self, field_name, first, kind):
+        """Yield the start of each period with a row from ``first``'s on: one probe per
+        period found, for the first row past the end of the last."""
+        start = _truncate(first, kind)
+        while start is not None:
+            yield start
+            later = (self.filter(**{f"{field_name}__gte": _following(start, kind)})
+                     .order_by(field_name).values_list(field_name, flat=True)[:1])
+            start = next((_truncate(timezone.localtime(moment), kind) for moment in later), None)
 
     def _has_row(self, field_name, start, end):
         # Ordered by the field, the probe reads its index from ``start``; a bare EXISTS

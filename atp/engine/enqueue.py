@@ -3,7 +3,7 @@
 An enqueue writes the task (``Instance``), its ``Inputs``, its queue row (``Task``)
 and its first ``LogRecord`` in one transaction, or in a savepoint of the caller's:
 when the caller rolls back, nothing of the task remains. ``enqueue_many`` writes any
-number of tasks with one statement per table.
+number of tasks with one statement per table (inputs above a megabyte in all, several).
 """
 
 import copy
@@ -40,6 +40,10 @@ from atp.serialization import InputFormat, check_pickle_enabled, dump_inputs
 from atp.states import TERMINAL, Status
 
 PRIORITY_MIN, PRIORITY_MAX = -32768, 32767
+#: The most input data one INSERT carries (more only for one input alone): MariaDB and
+#: MySQL refuse a statement longer than their ``max_allowed_packet`` (16 MB by default
+#: on MariaDB), and a string literal escaped can take twice the bytes of its text.
+INPUTS_BYTES_PER_INSERT = 1024 * 1024
 
 
 def enqueue(type_identifier, inputs=None, *, identifier=None, priority=0, eta=None,
@@ -301,8 +305,9 @@ def insert_tasks(task_type, entries, priority, schedule, named=False, tag=None):
         [instance] = instances
         _check_name_free(task_type, instance, now)
     Inputs.objects.bulk_create(
-        Inputs(instance=instance, input_format=task_type.input_format, data=data)
-        for instance, (_, data) in zip(instances, entries, strict=True)
+        (Inputs(instance=instance, input_format=task_type.input_format, data=data)
+         for instance, (_, data) in zip(instances, entries, strict=True)),
+        batch_size=_inputs_per_insert(entries),
     )
     LogRecord.objects.bulk_create(
         LogRecord(instance=instance, time=now, status=Status.ACCEPTED, message="enqueued")
@@ -311,6 +316,14 @@ def insert_tasks(task_type, entries, priority, schedule, named=False, tag=None):
     if not_before <= now and not task_type.pull:  # no daemon claims a pull type's tasks
         notify_runnable()
     return instances
+
+
+def _inputs_per_insert(entries):
+    """Return how many of ``entries``' inputs one INSERT carries (``INPUTS_BYTES_PER_INSERT``)."""
+    # Characters, not bytes: encoding every input to count it would cost more than the
+    # statements it saves; a character takes at most 4 bytes, well within the limits.
+    largest = max((len(data) for _, data in entries), default=0)
+    return max(1, INPUTS_BYTES_PER_INSERT // max(largest, 1))
 
 
 def _fill_primary_keys(task_type, instances):

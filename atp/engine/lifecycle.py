@@ -71,7 +71,7 @@ def start_attempt(pk, attempt, daemon, by=None, *, seconds_ago=None):
                                         output_field=DateTimeField()), Subquery(claimed))
     return move(
         pk, Status.RUNNING, sources={Status.SCHEDULED}, attempt=attempt,
-        changes={"started": at}, daemon=daemon, by=by, at=at,
+        changes={"started": at}, daemon=daemon, by=by, dated_by="started",
     )
 
 
@@ -188,7 +188,8 @@ def fail_or_retry(instance, message="", *, attempt, daemon=None, countdown=None)
             message = f"{message}\nnot retried: its type allows no retry (retry_limit, age_limit)"
         queue_row(pk).delete()
         return move(pk, Status.FAILED, sources=set(IN_FLIGHT), attempt=attempt,
-                    changes={"finished": now}, message=message.strip(), daemon=daemon)
+                    changes={"finished": now}, message=message.strip(), daemon=daemon,
+                    dated_by="finished")
     number = retries + 1
     wait = (datetime.timedelta(seconds=countdown) if countdown is not None
             else policy.backoff(number))

@@ -5,6 +5,7 @@ first, its ``Instance`` row second. Verbs that touch the queue row therefore do 
 before calling ``move``, so two writers of one task queue up instead of deadlocking.
 """
 
+from django.db.models import Subquery
 from django.db.models.functions import Now
 
 from atp.engine.base import actor_label, daemon_label
@@ -15,14 +16,14 @@ from atp.states import describe_refusal, is_allowed
 
 
 def move(pk, target, *, sources, attempt=None, changes=None, message="", daemon=None, by=None,
-         at=None):
+         dated_by="updated"):
     """Move task ``pk`` from one of ``sources`` to ``target`` and log it; return its attempt.
 
     Run inside a queue transaction. The row changes only while it is still in one of
     ``sources`` and still on ``attempt`` when one is given (fencing); otherwise raise
     ``AttemptSuperseded``, ``InvalidTransition`` or ``TaskNotFound`` and change
-    nothing. ``by`` names the person who asked for it; ``at`` dates the history entry
-    (an expression; default: now).
+    nothing. ``by`` names the person who asked for it; ``dated_by`` names the column
+    whose new value dates the history entry (default: ``updated``, now).
     """
     illegal = [source for source in sources if not is_allowed(source, target)]
     if illegal:
@@ -34,6 +35,10 @@ def move(pk, target, *, sources, attempt=None, changes=None, message="", daemon=
         raise refusal(pk, target, attempt=attempt)
     if attempt is None:
         attempt = Instance.objects.filter(pk=pk).values_list("attempt", flat=True).get()
+    # The entry is dated by the row just changed, not by a second reading of the clock:
+    # now() is the statement's time (PostgreSQL, MariaDB/MySQL, SQLite), and the next
+    # statement's would put the history a little after the task's own times.
+    at = Subquery(Instance.objects.filter(pk=pk).values(dated_by)[:1])
     write_history(pk, target, attempt, message, daemon, by=by, at=at)
     return attempt
 

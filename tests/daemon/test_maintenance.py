@@ -232,7 +232,7 @@ namespaces = pytest.mark.skipif(not can_make_namespaces(), reason="needs root an
 @namespaces
 @pytest.mark.django_db(transaction=True)
 def test_daemons_on_two_hosts_share_the_queue_and_reap_each_other_only_when_silent(
-        postgres_only, start_daemon, tmp_path):
+        start_daemon, tmp_path):
     atp.register_task_type("tests.sleep", "tests.handlers.sleep")
     long = atp.enqueue("tests.sleep", {"seconds": 60})
     host_a = start_daemon("--workers", 1, hostname="atp-host-a")
@@ -254,7 +254,7 @@ def test_daemons_on_two_hosts_share_the_queue_and_reap_each_other_only_when_sile
 @namespaces
 @pytest.mark.django_db(transaction=True)
 def test_two_containers_with_one_host_name_do_not_reap_each_other(
-        postgres_only, start_daemon, tmp_path):
+        start_daemon, tmp_path):
     """Containers on a host's network share its name, and each sees its own pids."""
     atp.register_task_type("tests.sleep", "tests.handlers.sleep")
     long = atp.enqueue("tests.sleep", {"seconds": 60})
@@ -283,31 +283,61 @@ def clock_step(tmp_path):
         pytest.skip(str(exc))
 
 
+class LagTrigger:
+    """The statement that makes (or, ``drop``, removes) a trigger stamping one daemon's
+    heartbeats ``seconds`` behind the server's clock, in the server's own dialect: it is
+    compiled like a query expression, so Django picks its ``as_<database>`` method."""
+
+    def __init__(self, daemon_pk, seconds, *, drop=False):
+        self.daemon_pk, self.seconds, self.drop = int(daemon_pk), int(seconds), drop
+
+    def as_sql(self, compiler, connection):
+        raise NotImplementedError(f"no heartbeat trigger for {connection.display_name}")
+
+    def as_postgresql(self, compiler, connection):
+        if self.drop:
+            return "DROP TRIGGER atp_test_lag ON atp_daemon; DROP FUNCTION atp_test_lag();", []
+        return f"""
+            CREATE FUNCTION atp_test_lag() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN NEW.heartbeat := NEW.heartbeat - interval '{self.seconds} seconds'; RETURN NEW; END $$;
+            CREATE TRIGGER atp_test_lag BEFORE UPDATE ON atp_daemon FOR EACH ROW
+            WHEN (NEW.id = {self.daemon_pk}) EXECUTE FUNCTION atp_test_lag();
+        """, []
+
+    def as_mysql(self, compiler, connection):
+        if self.drop:
+            return "DROP TRIGGER atp_test_lag", []
+        return f"""
+            CREATE TRIGGER atp_test_lag BEFORE UPDATE ON atp_daemon FOR EACH ROW
+            SET NEW.heartbeat = IF(NEW.id = {self.daemon_pk},
+                                   NEW.heartbeat - INTERVAL {self.seconds} SECOND, NEW.heartbeat)
+        """, []
+
+
 @contextlib.contextmanager
 def heartbeat_stamps_lagging(daemon_pk, seconds):
     """Stamp every heartbeat of one daemon ``seconds`` behind the server's clock, as if the
-    server's clock stepped forward by that much after each of them (PostgreSQL)."""
+    server's clock stepped forward by that much after each of them (a database server)."""
     from django.db import connection
+    from django.db.models.sql import Query
 
-    with connection.cursor() as cursor:
-        cursor.execute(f"""
-            CREATE FUNCTION atp_test_lag() RETURNS trigger LANGUAGE plpgsql AS $$
-            BEGIN NEW.heartbeat := NEW.heartbeat - interval '{int(seconds)} seconds'; RETURN NEW; END $$;
-            CREATE TRIGGER atp_test_lag BEFORE UPDATE ON atp_daemon FOR EACH ROW
-            WHEN (NEW.id = {int(daemon_pk)}) EXECUTE FUNCTION atp_test_lag();
-        """)
+    def run(statement):
+        sql, _ = Query(None).get_compiler(connection=connection).compile(statement)
+        with connection.cursor() as cursor:
+            cursor.execute(sql)  # no parameters: PostgreSQL's two statements in one
+
+    run(LagTrigger(daemon_pk, seconds))
     try:
         yield
     finally:
-        with connection.cursor() as cursor:
-            cursor.execute("DROP TRIGGER atp_test_lag ON atp_daemon; DROP FUNCTION atp_test_lag();")
+        run(LagTrigger(daemon_pk, seconds, drop=True))
 
 
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_wall_clock_step_makes_no_daemon_reap_a_live_neighbour(start_daemon, tmp_path, clock_step):
     """One daemon's clock steps a minute forward while its neighbour runs two tasks: on
-    SQLite its host's wall clock (the database clock there), on PostgreSQL the server's
+    SQLite its host's wall clock (the database clock there), on a server the server's
     as that daemon reads it against the neighbour's stamps. Nobody is declared dead and
     no attempt starts while the first still runs."""
     from django.db import connection

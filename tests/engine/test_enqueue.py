@@ -199,6 +199,19 @@ def test_enqueue_many_writes_one_statement_per_table(noop_type):
     assert LogRecord.objects.filter(status=Status.ACCEPTED).count() == 2 + 3 + 30 + 4000
 
 
+def test_enqueue_many_of_large_inputs_sends_no_statement_a_server_refuses(noop_type, settings):
+    """MariaDB refuses a statement above its ``max_allowed_packet`` (16 MB by default):
+    the portable enqueue (the engine MariaDB runs on) writes 18 MB of inputs in several
+    INSERTs, each well under that."""
+    settings.ATP_ENGINE = "orm"
+    payload = {"text": "x" * 150_000}
+    with CaptureQueriesContext(connection) as queries:
+        instances = atp.enqueue_many("tests.noop", [payload] * 120)
+    assert max(len(query["sql"]) for query in queries) < 2 * 1024 * 1024
+    assert Instance.objects.get(pk=instances[-1].pk).load_inputs() == payload
+    assert Inputs.objects.count() == 120
+
+
 def test_enqueue_many_writes_all_or_nothing(noop_type, row_counts):
     before = row_counts()
     with pytest.raises(InputsNotSerializable, match=r"inputs\['bad'\]"):

@@ -1,9 +1,15 @@
+import contextlib
 import datetime
+import time
 
 import pytest
+from django.db import connection
+from django.db.models import F
 
 import atp
 from atp import engine
+from atp.engine.lifecycle import settle_each
+from atp.engine.outcomes import Outcome
 from atp.engine.transitions import move
 from atp.exceptions import AttemptSuperseded, InvalidTransition
 from atp.models import Instance, LogRecord, Response, Task
@@ -33,6 +39,64 @@ def test_a_run_moves_through_the_rfc_states_and_ends_off_the_queue(noop_type, da
     done = Instance.objects.get(pk=queued.pk)
     assert done.status == Status.FINISHED and done.finished >= done.started
     assert not Task.objects.filter(pk=queued.pk).exists()
+
+
+@contextlib.contextmanager
+def clock_moving_on_after_each_update():
+    """Let the database clock move on after each UPDATE, as it does between a verb's
+    statements on a busy server: a change dated by two readings of it shows two times."""
+
+    def sleep_after_updates(execute, sql, params, many, context):
+        try:
+            return execute(sql, params, many, context)
+        finally:
+            if sql.lstrip().upper().startswith("UPDATE"):
+                time.sleep(0.003)  # past SQLite's millisecond
+
+    with connection.execute_wrapper(sleep_after_updates):
+        yield
+
+
+def entry_time(instance, status):
+    return LogRecord.objects.get(instance_id=instance.pk, status=status).time
+
+
+def test_a_change_and_its_history_entry_bear_one_time(noop_type, daemon):
+    """The task's ``started`` and ``finished`` are the times of its RUNNING and FINISHED
+    entries, to the microsecond, however far apart the verb's statements run."""
+    queued = atp.enqueue("tests.noop")
+    claim_exactly(queued, daemon)
+    with clock_moving_on_after_each_update():
+        engine.start(queued.pk, attempt=1, daemon=daemon)
+        engine.finish(queued.pk)  # an operator's: the portable verb on every database
+    done = Instance.objects.get(pk=queued.pk)
+    assert entry_time(done, Status.RUNNING) == done.started
+    assert entry_time(done, Status.FINISHED) == done.finished
+
+
+def test_a_failure_past_its_retries_and_its_history_entry_bear_one_time(noop_type, daemon):
+    queued = atp.enqueue("tests.noop")
+    claim_exactly(queued, daemon)
+    engine.start(queued.pk, attempt=1, daemon=daemon)
+    with clock_moving_on_after_each_update():
+        engine.fail_or_retry(queued.pk, "Traceback: boom", attempt=1, daemon=daemon)
+    failed = Instance.objects.get(pk=queued.pk)
+    assert failed.status == Status.FAILED
+    assert entry_time(failed, Status.FAILED) == failed.finished
+
+
+def test_a_prefetched_start_and_its_history_entry_bear_one_time(noop_type, daemon):
+    """A start written after it began (``settle``'s portable form) is dated once, for
+    the task and for its history."""
+    queued = atp.enqueue("tests.noop")
+    claim_exactly(queued, daemon)
+    # Claimed long ago: the start is dated by the clock, not by the claim.
+    Task.objects.filter(pk=queued.pk).update(claimed=F("claimed") - datetime.timedelta(hours=1))
+    with clock_moving_on_after_each_update():
+        assert settle_each(daemon, [Outcome.started(queued.pk, 1, 0.5)]) == {queued.pk}
+    running = Instance.objects.get(pk=queued.pk)
+    assert running.status == Status.RUNNING
+    assert entry_time(running, Status.RUNNING) == running.started
 
 
 #: Every write a worker makes for its attempt, as the worker of attempt 1 would make it late.

@@ -3,8 +3,8 @@
 #
 # Everything is installed into .venv from setup.cfg; nothing else is needed but
 # Python 3.11+ and make. `make test` runs the suite on SQLite, then on PostgreSQL
-# when ATP_TEST_DATABASE_URL (default: a local server) answers, then the queue verbs'
-# behaviour suite on MariaDB/MySQL when ATP_TEST_MYSQL_URL answers; with
+# when ATP_TEST_DATABASE_URL (default: a local server) answers, then on MariaDB/MySQL
+# when ATP_TEST_MYSQL_URL answers; with
 # ATP_REQUIRE_POSTGRES=1 (ATP_REQUIRE_MYSQL=1) an unreachable server fails the run.
 
 PYTHON ?= python3
@@ -102,10 +102,9 @@ mysql_answers = $(PY) -c 'import sys, socket, urllib.parse as u; \
 	url = u.urlsplit(sys.argv[1]); \
 	socket.create_connection((url.hostname, url.port or 3306), timeout=5).close()' "$(1)"
 
-# The queue verbs' behaviour suite (the same as test-orm's) on the database's engine
-# (mysql, docs/engines.md), the daemon's wake-up by the doorbell, Django's checks of
-# the models on it; then the verbs' suite on the orm engine.
-MYSQL_TESTS ?= $(ORM_TESTS) tests/daemon/test_wakeup.py tests/test_checks.py
+# The whole suite on the database's engine (mysql, docs/engines.md), then the queue
+# verbs' behaviour suite on the orm engine.
+MYSQL_TESTS ?= tests
 test-mysql: $(VENV)/.installed
 	@if $(call mysql_answers,$(ATP_TEST_MYSQL_URL)) 2>/dev/null; then \
 		$(MAKE) --no-print-directory $(VENV)/.mysql && \

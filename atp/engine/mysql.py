@@ -30,6 +30,7 @@ from django.db import connections
 from atp.engine import sql
 from atp.engine.base import daemon_label, database
 from atp.engine.batches import current_batch_id
+from atp.engine.enqueue import INPUTS_BYTES_PER_INSERT
 from atp.engine.notify import notify_runnable
 from atp.engine.records import response_limit
 from atp.engine.sql import (
@@ -65,8 +66,9 @@ ENDS_FROM = {target: frozenset(sources_of(target)) for target in (Status.FINISHE
 #: What a settle may ask of an attempt whose start is not written yet.
 AFTER_START = (Status.RUNNING, Status.FINISHED, Status.FAILED)
 
-#: Rows an INSERT of many writes per statement (a statement of 1,000 rows of small
-#: inputs is well within ``max_allowed_packet``).
+#: Rows an INSERT of many writes per statement at most; and it carries at most
+#: ``INPUTS_BYTES_PER_INSERT`` of text (more only for one row alone), well within the
+#: server's ``max_allowed_packet``.
 ROWS_PER_INSERT = 1000
 
 
@@ -494,11 +496,25 @@ def _rows(model, connection, given, varying):
     return rows
 
 
+def _chunks(rows):
+    """Yield ``rows`` in runs of at most ``ROWS_PER_INSERT`` rows and, but for a row
+    alone, ``INPUTS_BYTES_PER_INSERT`` characters of text (a character escaped takes at
+    most 8 bytes: well within ``max_allowed_packet``)."""
+    chunk, size = [], 0
+    for row in rows:
+        length = sum(len(value) for value in row if isinstance(value, (str, bytes)))
+        if chunk and (len(chunk) == ROWS_PER_INSERT or size + length > INPUTS_BYTES_PER_INSERT):
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(row)
+        size += length
+    if chunk:
+        yield chunk
+
+
 def _insert_rows(cursor, connection, model, given, varying):
     """Insert one row of ``model`` per item of the lists ``varying`` (see ``_rows``)."""
-    rows = _rows(model, connection, given, varying)
-    for begin in range(0, len(rows), ROWS_PER_INSERT):
-        chunk = rows[begin:begin + ROWS_PER_INSERT]
+    for chunk in _chunks(_rows(model, connection, given, varying)):
         cursor.execute(_insert_statement(model, len(chunk)),
                        [value for row in chunk for value in row])
 
@@ -514,11 +530,12 @@ def _insert_instances(cursor, connection, identifiers, given):
     rows = _rows(Instance, connection, given, {"identifier": identifiers})
     returning = connection.features.can_return_rows_from_bulk_insert
     keys = []
-    for begin in range(0, len(rows), ROWS_PER_INSERT):
-        chunk = rows[begin:begin + ROWS_PER_INSERT]
+    begin = 0
+    for chunk in _chunks(rows):
         statement = _insert_statement(Instance, len(chunk))
         cursor.execute(statement + " RETURNING id" if returning else statement,
                        [value for row in chunk for value in row])
+        names, begin = identifiers[begin:begin + len(chunk)], begin + len(chunk)
         if returning:
             keys += [pk for (pk,) in cursor.fetchall()]
             continue
@@ -529,7 +546,7 @@ def _insert_instances(cursor, connection, identifiers, given):
         cursor.execute(f"SELECT id, identifier FROM {INSTANCE} WHERE id >= %s AND id < %s "
                        "ORDER BY id", [first, first + len(chunk)])
         found = cursor.fetchall()
-        if [identifier for _, identifier in found] != identifiers[begin:begin + ROWS_PER_INSERT]:
+        if [identifier for _, identifier in found] != names:
             raise RuntimeError("the keys of a multi-row INSERT were not consecutive: atp "
                                "cannot tell its tasks' keys (innodb_autoinc_lock_mode?)")
         keys += [pk for pk, _ in found]

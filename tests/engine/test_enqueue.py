@@ -199,11 +199,13 @@ def test_enqueue_many_writes_one_statement_per_table(noop_type):
     assert LogRecord.objects.filter(status=Status.ACCEPTED).count() == 2 + 3 + 30 + 4000
 
 
-def test_enqueue_many_of_large_inputs_sends_no_statement_a_server_refuses(noop_type, settings):
+@pytest.mark.parametrize("engine_choice", ["auto", "orm"])
+def test_enqueue_many_of_large_inputs_sends_no_statement_a_server_refuses(
+        noop_type, settings, engine_choice):
     """MariaDB refuses a statement above its ``max_allowed_packet`` (16 MB by default):
-    the portable enqueue (the engine MariaDB runs on) writes 18 MB of inputs in several
-    INSERTs, each well under that."""
-    settings.ATP_ENGINE = "orm"
+    its engine and the portable one write 18 MB of inputs in several INSERTs, each well
+    under that."""
+    settings.ATP_ENGINE = engine_choice
     payload = {"text": "x" * 150_000}
     with CaptureQueriesContext(connection) as queries:
         instances = atp.enqueue_many("tests.noop", [payload] * 120)

@@ -21,8 +21,9 @@ from multiprocessing.connection import wait
 
 from atp import engine
 from atp.conf import conf
-from atp.daemon import maintenance, recording, stopping
+from atp.daemon import claiming, maintenance, recording, stopping
 from atp.daemon.catalog import Catalog
+from atp.daemon.claiming import ClaimPolicy
 from atp.daemon.events import Every, Paced, SignalInbox
 from atp.daemon.lease import Lease, clock
 from atp.daemon.outage import (
@@ -60,10 +61,6 @@ logger = logging.getLogger(__name__)
 
 CONTROL_INTERVAL_SECONDS = 0.5
 MAX_WAIT_SECONDS = 1.0
-#: How long after a claim that took all that was runnable the daemon looks up the next
-#: delayed task: the ends of tasks shorter than that are written first, not after a
-#: query on the way (it added half a millisecond to a short task's end on PostgreSQL).
-NEXT_DUE_LOOKUP_DELAY_SECONDS = 0.005
 #: After a purge that found a full batch (more is due), before the next: the loop's own
 #: work (ends, claims) goes between them, and retention still keeps pace (a batch of 500
 #: takes ~50 ms on PostgreSQL).
@@ -120,17 +117,9 @@ class Supervisor:
         self.drain_deadline = None
         self.outage = Outage()
         self.contention = Contention()
-        self.should_claim = True
+        self.claims = ClaimPolicy(config.poll_interval)
         self.heartbeats = Every(conf.HEARTBEAT_INTERVAL_SECONDS)
         self.controls = Every(CONTROL_INTERVAL_SECONDS)
-        self.polls = Every(config.poll_interval)
-        # When the first task waiting for its time becomes runnable (monotonic), if before
-        # the next poll, as found after the last claim that took all that was runnable;
-        # None: none that soon.
-        self.next_due = None
-        # When to look that up (monotonic; None: not asked): a moment after the claim,
-        # so that the ends of the short tasks it gave out are written first.
-        self.due_lookup_at = None
         self.maintenance = Every(conf.HEARTBEAT_INTERVAL_SECONDS)
         # Purges follow one another while they find work, then wait for the next round.
         self.purges = Paced(conf.HEARTBEAT_INTERVAL_SECONDS, PURGE_GAP_SECONDS)
@@ -205,11 +194,13 @@ class Supervisor:
         ready = [inbox, *self.pool.waitables()]
         if self.listener.is_listening:
             ready.append(self.listener)
-        timeout = 0.0 if self._may_claim(now) else self._seconds_to_next_duty(now)
+        has_room = self._may_claim() and self._has_room()
+        timeout = (0.0 if has_room and self.claims.is_due(now)
+                   else self._seconds_to_next_duty(now, has_room))
         if self.listener in wait(ready, timeout) and self.listener.drain():
-            self.should_claim = True
+            self.claims.woken()
 
-    def _seconds_to_next_duty(self, now):
+    def _seconds_to_next_duty(self, now, has_room):
         due = [now + MAX_WAIT_SECONDS]
         if self.outage.is_on:
             due.append(self.outage.retry_at)  # no database work before then
@@ -221,12 +212,10 @@ class Supervisor:
                 due.append(self.purges.next)
             if self.pool.workers:
                 due.append(self.controls.next)
-            if self.pool.idle() and self.drain_deadline is None:
-                due.append(self.polls.next)
-            if self.next_due is not None and self._free_slots() > 0:
-                due.append(self.next_due)
-            if self.due_lookup_at is not None:
-                due.append(self.due_lookup_at)
+            claim_at = self.claims.wake_at(has_idle=bool(self.pool.idle()), has_room=has_room,
+                                           is_stopping=self.drain_deadline is not None)
+            if claim_at is not None:
+                due.append(claim_at)
             if self.drain_deadline is None:
                 due.append(self.schedules.next)
                 if self.next_schedule is not None:
@@ -301,10 +290,7 @@ class Supervisor:
             return
         worker.is_suspended = False  # a task can only end running: a pause came too late
         worker.tasks_done += 1
-        # A place is free: worth a claim when the last one was full, or when a task of a
-        # limited type may wait for the slot this one freed. Otherwise the queue was
-        # empty at the last claim (a new task would have notified): the round only writes.
-        self.should_claim = self.should_claim or self.catalog.has_limits
+        self.claims.task_ended(has_limits=self.catalog.has_limits)
         limit_tasks = self.config.max_tasks_per_child
         limit_mb = self.config.max_memory_per_child_mb
         if worker.is_retiring:
@@ -384,7 +370,7 @@ class Supervisor:
         else:
             self.contention.end()
         if self.outage.end():
-            self.should_claim = True
+            self.claims.woken()
 
     def _database_work(self, now):
         """The round's database work, in order; a connection error ends it early."""
@@ -416,8 +402,9 @@ class Supervisor:
             self._complete_batches()
             self._enqueue_schedules(now)
         self.listener.ensure_connected()
-        if self._may_claim(now):
-            self._claim(now)  # writes the reported ends too, in the same statement
+        claim = self._claim_due(now)
+        if claim is not None:
+            self._claim(claim, now)  # writes the reported ends too, in the same statement
         self._settle()
         self._purge(now)
         self._look_for_next_due(time.monotonic())
@@ -446,7 +433,7 @@ class Supervisor:
     def _complete_batches(self):
         """Enqueue the on-complete task of each batch whose members all ended."""
         completed = self._duty("completing batches", maintenance.complete_batches)
-        self.should_claim = self.should_claim or bool(completed)
+        self.claims.enqueued(completed or 0)
 
     def _enqueue_schedules(self, now):
         """Enqueue the due runs of schedules; note when the next comes due, if before
@@ -457,7 +444,7 @@ class Supervisor:
         if done is None:
             return
         enqueued, seconds = done
-        self.should_claim = self.should_claim or enqueued > 0
+        self.claims.enqueued(enqueued)
         if seconds is not None and seconds < self.config.poll_interval:
             self.next_schedule = time.monotonic() + seconds
 
@@ -521,33 +508,33 @@ class Supervisor:
         """Take on types that appeared (with their handler loaded here) or went away."""
         if self.catalog.load(may_import=False):
             engine.serve_types(self.daemon, self.catalog.type_ids())
-            self.should_claim = True
+            self.claims.woken()
 
-    def _may_claim(self, now):
-        return (
-            self.drain_deadline is None and not self.outage.is_on
-            and not self.lease.is_expired() and self._free_slots() > 0
-            and (self.should_claim or self.polls.is_due(now)
-                 or (self.next_due is not None and now >= self.next_due))
-        )
+    def _may_claim(self):
+        """Return whether the daemon may claim at all: not stopping, the database there,
+        its lease held."""
+        return (self.drain_deadline is None and not self.outage.is_on
+                and not self.lease.is_expired())
 
-    def _free_slots(self):
-        if self.held:
-            return 0  # no more claims until what is held is given out
-        return sum(self.pace.free_slots(self.pool.workers, time.monotonic()).values())
+    def _has_room(self):
+        slots = self.pace.free_slots(self.pool.workers, time.monotonic())
+        return claiming.room(slots, holding=bool(self.held)) > 0
 
-    def _claim(self, now):
+    def _claim_due(self, now):
+        """Return the claim to make this round (``claiming.Claim``), or None."""
+        if not (self._may_claim() and self.claims.is_due(now)):
+            return None
+        slots = self.pace.free_slots(self.pool.workers, time.monotonic())
+        return claiming.size(slots, len(self.pool.idle()), holding=bool(self.held))
+
+    def _claim(self, claim, now):
         """Claim tasks for the workers: started for the idle ones, prefetched for the
         queues of busy ones; write the reported ends (and starts) in the same
         transaction (one statement on PostgreSQL), and hand the tasks out."""
-        workers = self.pool.workers
-        slots = self.pace.free_slots(workers, time.monotonic())
-        limit = sum(slots.values())
-        start = len(self.pool.idle())
-        self.polls.done(now)
+        self.claims.began(now)
         reports = self._take_reports()
         try:
-            instances = self._settle_and_claim(reports.outcomes, limit, start)
+            instances = self._settle_and_claim(reports.outcomes, claim.limit, claim.start)
         except DaemonStopped:
             self._keep(reports)  # written again: refused if they were
             self._register_again()
@@ -556,36 +543,29 @@ class Supervisor:
             self._keep(reports)
             raise
         reports.written()
-        self.should_claim = len(instances) == limit
-        runnable = []
+        runnable, unknown = [], []
         for instance in instances:
             task_type = instance.type
-            if self.catalog.can_run(task_type.identifier, task_type.handler):
-                runnable.append(instance)
-            else:
-                self._hand_back_unknown(instance)
-        self._give_out(runnable, slots)
-        self.next_due = None
-        self.due_lookup_at = (None if self.should_claim or self.drain_deadline is not None
-                              else time.monotonic() + NEXT_DUE_LOOKUP_DELAY_SECONDS)
+            can_run = self.catalog.can_run(task_type.identifier, task_type.handler)
+            (runnable if can_run else unknown).append(instance)
+        self._give_out(runnable, claim.slots)
+        self.claims.claimed(claim.limit, len(instances), time.monotonic(),
+                            is_stopping=self.drain_deadline is not None)
+        for instance in unknown:
+            self._hand_back_unknown(instance)  # after: it takes the new types on
         if self.config.burst and not instances and not self.pool.busy():
             self._begin_drain("burst: nothing left to run")
 
     def _look_for_next_due(self, now):
-        """A moment after a claim that took all that was runnable, note when the first task
-        waiting for its time (an ``eta``, a retry's backoff) becomes runnable, or the next
-        token of a type with a rate and runnable tasks comes, if before the next poll:
-        the daemon claims then, if it has room. A new delayed task is found at the next
-        poll at the latest (enqueues of delayed tasks do not wake daemons)."""
-        if self.due_lookup_at is None or now < self.due_lookup_at:
-            return
-        self.due_lookup_at = None
-        if self.should_claim or self.drain_deadline is not None:
+        """When the claim policy asks for it, learn when the first task waiting for its
+        time (an ``eta``, a retry's backoff) becomes runnable, or the next token of a
+        type with a rate and runnable tasks comes, if before the next poll (see
+        ``atp.daemon.claiming``)."""
+        if not self.claims.take_due_lookup(now, is_stopping=self.drain_deadline is not None):
             return
         seconds = engine.next_due(self.catalog.type_ids(), self.config.poll_interval,
                                   rates=self.catalog.has_rates)
-        if seconds is not None:
-            self.next_due = time.monotonic() + seconds
+        self.claims.due_in(seconds, time.monotonic())
 
     def _give_out(self, instances, slots=None):
         """Send claimed tasks to the workers (see ``prefetch.distribute``); hold the ones

@@ -1,7 +1,8 @@
 """The maintenance a daemon does besides running tasks, each as one run-once function.
 
-The supervisor calls them on a timer; tests call them directly. Any daemon may do
-them for all: they are guarded so that several daemons doing them at once is safe.
+The supervisor runs them from its table of duties (``atp.daemon.duties``); tests call
+them directly. Any daemon may do them for all: they are guarded so that several
+daemons doing them at once is safe.
 """
 
 import datetime

@@ -3,12 +3,13 @@
 One thread, one loop. Each round it waits for something to happen (a worker reports
 or dies, a notification or a signal arrives, a timer is due), then does its database
 work: the ends its workers reported and the starts of prefetched tasks (written
-together), pending restarts, the heartbeat, the check against its leases,
-maintenance, the batches whose members all ended and the due runs of schedules
-(periodic tasks), and a claim that starts
-tasks for the idle workers and queues a few more behind busy ones when tasks are
-short (``atp.daemon.prefetch``); last, a batch of the ended tasks retention lets go,
-batch after batch, a moment apart, while some are due. A database
+together), pending restarts, the heartbeat, the check against its leases, the
+maintenance duties that are due (``atp.daemon.duties``: among them the batches whose
+members all ended and the due runs of schedules), and, when the claim policy calls
+for one (``atp.daemon.claiming``), a claim that starts tasks for the idle workers and
+queues a few more behind busy ones when tasks are short (``atp.daemon.prefetch``);
+last, the duties that wait for the round's own work: a batch of the ended tasks
+retention lets go, batch after batch, a moment apart, while some are due. A database
 that goes away puts the loop in outage mode: running tasks go on, database work is
 retried with back-off.
 """
@@ -24,7 +25,8 @@ from atp.conf import conf
 from atp.daemon import claiming, maintenance, recording, stopping
 from atp.daemon.catalog import Catalog
 from atp.daemon.claiming import ClaimPolicy
-from atp.daemon.events import Every, Paced, SignalInbox
+from atp.daemon.duties import Duties, Duty, contain
+from atp.daemon.events import Every, SignalInbox
 from atp.daemon.lease import Lease, clock
 from atp.daemon.outage import (
     CONNECTION_ERRORS,
@@ -120,17 +122,35 @@ class Supervisor:
         self.claims = ClaimPolicy(config.poll_interval)
         self.heartbeats = Every(conf.HEARTBEAT_INTERVAL_SECONDS)
         self.controls = Every(CONTROL_INTERVAL_SECONDS)
-        self.maintenance = Every(conf.HEARTBEAT_INTERVAL_SECONDS)
-        # Purges follow one another while they find work, then wait for the next round.
-        self.purges = Paced(conf.HEARTBEAT_INTERVAL_SECONDS, PURGE_GAP_SECONDS)
         # Other daemons' heartbeat counters, and the pulses of open batches' blocks, as
         # seen on this one's monotonic clock.
         self.neighbours = Watch()
         self.batch_blocks = Watch()
-        # Schedules (periodic tasks) are looked at every poll, and at the due time of
-        # the first when it comes before the next poll (monotonic; None: not that soon).
-        self.schedules = Every(config.poll_interval)
-        self.next_schedule = None
+        self.duties = Duties(self._duties(), log=logger)
+
+    def _duties(self):
+        """Return the maintenance duties, in the order a round runs them (see
+        ``atp.daemon.duties``)."""
+        heartbeat, poll = conf.HEARTBEAT_INTERVAL_SECONDS, self.config.poll_interval
+        return [
+            Duty("taking on new types", heartbeat, self._reload_catalog, is_contained=False),
+            Duty("reaping silent daemons", heartbeat, is_contained=False, run=lambda:
+                 maintenance.reap_stale_daemons(self.daemon, self.neighbours)),
+            Duty("expiring pull leases", heartbeat, maintenance.expire_pull_leases),
+            Duty("tending batches", heartbeat,
+                 lambda: maintenance.tend_batches(self.batch_blocks)),
+            Duty("pruning stopped daemons", heartbeat, maintenance.prune_stopped_daemons,
+                 is_contained=False),
+            Duty("tending the queue table", heartbeat, maintenance.tend_queue_table,
+                 is_contained=False),
+            # Every poll, and when the first schedule comes due, if before the next poll.
+            Duty("enqueueing what came due", poll, self._enqueue_due, is_paced=True,
+                 while_stopping=False),
+            # After the round's own work; batch after batch, a moment apart, while some
+            # are due, so that retention keeps pace with what ends.
+            Duty("purging ended tasks and tombstones", heartbeat, self._purge, is_paced=True,
+                 after_claim=True, while_stopping=False),
+        ]
 
     # -- the loop ------------------------------------------------------------------
 
@@ -207,19 +227,14 @@ class Supervisor:
         elif self.lease.is_expired():
             due.append(self.heartbeats.next)  # nothing but the heartbeat until it is back
         else:
-            due += [self.heartbeats.next, self.maintenance.next]
-            if self.drain_deadline is None:
-                due.append(self.purges.next)
+            due += [self.heartbeats.next,
+                    self.duties.next_due(is_stopping=self.drain_deadline is not None)]
             if self.pool.workers:
                 due.append(self.controls.next)
             claim_at = self.claims.wake_at(has_idle=bool(self.pool.idle()), has_room=has_room,
                                            is_stopping=self.drain_deadline is not None)
             if claim_at is not None:
                 due.append(claim_at)
-            if self.drain_deadline is None:
-                due.append(self.schedules.next)
-                if self.next_schedule is not None:
-                    due.append(self.next_schedule)
         deadlines = [w.assignment.kill_at for w in self.pool.busy() if w.assignment.kill_at]
         if self.drain_deadline is not None and self.drain_deadline > now:
             deadlines.append(self.drain_deadline)
@@ -389,64 +404,36 @@ class Supervisor:
             queued += [instance.pk for instance in self.held]
             self.stopper.apply(stopping.decide(observed, busy, queued), self.daemon)
             self.controls.done(now)
-        if self.maintenance.is_due(now):
-            self._reload_catalog()
-            maintenance.reap_stale_daemons(self.daemon, self.neighbours)
-            self._duty("expiring pull leases", maintenance.expire_pull_leases)
-            self._duty("tending batches", lambda: maintenance.tend_batches(self.batch_blocks))
-            maintenance.prune_stopped_daemons()
-            maintenance.tend_queue_table()
-            self.maintenance.done(now)
-        if self.drain_deadline is None and (self.schedules.is_due(now) or (
-                self.next_schedule is not None and now >= self.next_schedule)):
-            self._complete_batches()
-            self._enqueue_schedules(now)
+        is_stopping = self.drain_deadline is not None
+        self.duties.run_due(now, is_stopping=is_stopping)
         self.listener.ensure_connected()
         claim = self._claim_due(now)
         if claim is not None:
             self._claim(claim, now)  # writes the reported ends too, in the same statement
         self._settle()
-        self._purge(now)
+        self.duties.run_due(now, is_stopping=is_stopping, after_claim=True)
         self._look_for_next_due(time.monotonic())
 
-    def _purge(self, now):
-        """Purge a batch of what retention lets go, after the round's own work; again
-        soon while there is more."""
-        if self.drain_deadline is not None or not self.purges.is_due(now):
-            return
-        purged = self._duty("purging ended tasks and tombstones", maintenance.purge_expired)
-        self.purges.done(time.monotonic(), found_work=purged is not None and purged[1])
-
-    @staticmethod
-    def _duty(what, duty):
-        """Run a duty that is not the daemon's own work (others' tasks, batches, purges);
-        return what it returns, or None when it failed otherwise than by the connection:
-        logged, and tried again at its next turn, not the end of the daemon."""
-        try:
-            return duty()
-        except CONNECTION_ERRORS:
-            raise
-        except Exception:  # a write the database refused
-            logger.exception("%s failed", what)
-            return None
-
-    def _complete_batches(self):
-        """Enqueue the on-complete task of each batch whose members all ended."""
-        completed = self._duty("completing batches", maintenance.complete_batches)
+    def _enqueue_due(self):
+        """Enqueue the on-complete task of each batch whose members all ended, and the due
+        runs of schedules; return the seconds until the next schedule comes due (None:
+        none is known). Each part's failure is logged, and tried again at the next turn."""
+        completed = contain("completing batches", maintenance.complete_batches, logger)
         self.claims.enqueued(completed or 0)
-
-    def _enqueue_schedules(self, now):
-        """Enqueue the due runs of schedules; note when the next comes due, if before
-        the next poll."""
-        self.schedules.done(now)
-        self.next_schedule = None
-        done = self._duty("enqueueing the due runs of schedules", maintenance.enqueue_due_schedules)
+        done = contain("enqueueing the due runs of schedules", maintenance.enqueue_due_schedules,
+                       logger)
         if done is None:
-            return
+            return None
         enqueued, seconds = done
         self.claims.enqueued(enqueued)
-        if seconds is not None and seconds < self.config.poll_interval:
-            self.next_schedule = time.monotonic() + seconds
+        return seconds
+
+    @staticmethod
+    def _purge():
+        """Purge a batch of what retention lets go; return how soon to purge again (None:
+        at the next turn), soon while a batch was full (more is due)."""
+        _, more = maintenance.purge_expired()
+        return PURGE_GAP_SECONDS if more else None
 
     def _settle(self):
         """Write the ends the workers reported since the last round, and the starts of

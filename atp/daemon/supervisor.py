@@ -404,14 +404,14 @@ class Supervisor:
             queued += [instance.pk for instance in self.held]
             self.stopper.apply(stopping.decide(observed, busy, queued), self.daemon)
             self.controls.done(now)
-        is_stopping = self.drain_deadline is not None
-        self.duties.run_due(now, is_stopping=is_stopping)
+        self.duties.run_due(now, is_stopping=self.drain_deadline is not None)
         self.listener.ensure_connected()
         claim = self._claim_due(now)
         if claim is not None:
             self._claim(claim, now)  # writes the reported ends too, in the same statement
         self._settle()
-        self.duties.run_due(now, is_stopping=is_stopping, after_claim=True)
+        # Asked again: a burst's claim that found nothing began the drain.
+        self.duties.run_due(now, is_stopping=self.drain_deadline is not None, after_claim=True)
         self._look_for_next_due(time.monotonic())
 
     def _enqueue_due(self):

@@ -16,8 +16,8 @@ import logging
 
 from atp import registry
 from atp.conf import conf
+from atp.engine.types import catalog_rows
 from atp.exceptions import InvalidHandler
-from atp.models import Type
 from atp.serialization import InputFormat
 
 logger = logging.getLogger(__name__)
@@ -51,10 +51,7 @@ class Catalog:
         later, only modules already loaded are looked into.
         """
         runnable, refused, has_limits, has_rates = {}, {}, False, False
-        for type_id, identifier, handler, input_format, limit, rate, pull in (
-            Type.objects.values_list("pk", "identifier", "handler", "input_format",
-                                     "max_concurrency", "rate", "pull")
-        ):
+        for type_id, identifier, handler, input_format, limit, rate, pull in catalog_rows():
             if self.only is not None and identifier not in self.only:
                 continue
             if pull:  # leased by consumers (atp.lease_tasks): no daemon's business

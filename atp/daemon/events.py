@@ -18,19 +18,6 @@ class Every:
         self.next = now + self.interval
 
 
-class Paced(Every):
-    """A timer for work done a step at a time, as much as there is: the next step comes
-    ``gap`` seconds after one that found work (more may wait), ``interval`` seconds after
-    one that found none. The gap lets the loop's own work through between steps."""
-
-    def __init__(self, interval, gap):
-        super().__init__(interval)
-        self.gap = gap
-
-    def done(self, now, found_work=False):
-        self.next = now + (self.gap if found_work else self.interval)
-
-
 class SignalInbox:
     """SIGTERM and SIGINT as events the main loop can wait for."""
 

@@ -1,7 +1,8 @@
 """The maintenance a daemon does besides running tasks, each as one run-once function.
 
-The supervisor calls them on a timer; tests call them directly. Any daemon may do
-them for all: they are guarded so that several daemons doing them at once is safe.
+The supervisor runs them from its table of duties (``atp.daemon.duties``); tests call
+them directly. Any daemon may do them for all: they are guarded so that several
+daemons doing them at once is safe.
 """
 
 import datetime
@@ -14,7 +15,7 @@ from atp.daemon.lease import clock
 from atp.db import database_now
 from atp.engine import batches, upkeep
 from atp.engine.base import database
-from atp.models import Daemon
+from atp.engine.daemons import daemons_on_host
 from atp.processes import Seen
 
 logger = logging.getLogger(__name__)
@@ -53,9 +54,7 @@ def reap_gone_daemons_on_this_host(me):
     """
     restarted = 0
     booted = _boot_moment()
-    candidates = Daemon.objects.filter(host=socket.gethostname(), stopped__isnull=True,
-                                       consumer__isnull=True)  # a pull consumer has no process
-    for daemon in candidates.exclude(pk=me.pk):
+    for daemon in daemons_on_host(socket.gethostname(), exclude=me):
         seen = processes.see(daemon.identity)
         if seen is Seen.RUNNING:
             continue

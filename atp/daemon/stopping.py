@@ -21,15 +21,12 @@ import signal
 import time
 from dataclasses import dataclass, field
 
-from django.db.models import BooleanField, ExpressionWrapper, Q
-from django.db.models.functions import Now
-
 from atp import engine
 from atp.conf import conf
 from atp.daemon.outage import CONNECTION_ERRORS, TASK_MOVED_ON
 from atp.daemon.recording import settle
+from atp.engine.daemons import leases_of, task_states
 from atp.engine.outcomes import Outcome
-from atp.models import Instance, Task
 from atp.states import IN_FLIGHT, Status
 
 logger = logging.getLogger(__name__)
@@ -124,21 +121,10 @@ def observe(workers, daemon):
 
     One query; a second one only when a worker runs a task the daemon no longer holds.
     """
-    leases = {
-        pk: (status, attempt, overdue)
-        for pk, status, attempt, overdue in Task.objects.filter(daemon=daemon).annotate(
-            overdue=ExpressionWrapper(
-                Q(deadline__lt=Now(), paused_since__isnull=True), output_field=BooleanField()
-            )
-        ).values_list("instance_id", "instance__status", "instance__attempt", "overdue")
-    }
+    leases = leases_of(daemon)
     unleased = [worker.assignment.pk for worker in _active(workers)
                 if worker.assignment.pk not in leases]
-    states = {
-        pk: (status, attempt) for pk, status, attempt in
-        Instance.objects.filter(pk__in=unleased).values_list("pk", "status", "attempt")
-    } if unleased else {}
-    return Observation(leases, states)
+    return Observation(leases, task_states(unleased))
 
 
 def decide(observation, workers, queued=()):

@@ -3,12 +3,13 @@
 One thread, one loop. Each round it waits for something to happen (a worker reports
 or dies, a notification or a signal arrives, a timer is due), then does its database
 work: the ends its workers reported and the starts of prefetched tasks (written
-together), pending restarts, the heartbeat, the check against its leases,
-maintenance, the batches whose members all ended and the due runs of schedules
-(periodic tasks), and a claim that starts
-tasks for the idle workers and queues a few more behind busy ones when tasks are
-short (``atp.daemon.prefetch``); last, a batch of the ended tasks retention lets go,
-batch after batch, a moment apart, while some are due. A database
+together), pending restarts, the heartbeat, the check against its leases, the
+maintenance duties that are due (``atp.daemon.duties``: among them the batches whose
+members all ended and the due runs of schedules), and, when the claim policy calls
+for one (``atp.daemon.claiming``), a claim that starts tasks for the idle workers and
+queues a few more behind busy ones when tasks are short (``atp.daemon.prefetch``);
+last, the duties that wait for the round's own work: a batch of the ended tasks
+retention lets go, batch after batch, a moment apart, while some are due. A database
 that goes away puts the loop in outage mode: running tasks go on, database work is
 retried with back-off.
 """
@@ -21,9 +22,11 @@ from multiprocessing.connection import wait
 
 from atp import engine
 from atp.conf import conf
-from atp.daemon import maintenance, recording, stopping
+from atp.daemon import claiming, maintenance, recording, stopping
 from atp.daemon.catalog import Catalog
-from atp.daemon.events import Every, Paced, SignalInbox
+from atp.daemon.claiming import ClaimPolicy
+from atp.daemon.duties import Duties, Duty, contain
+from atp.daemon.events import Every, SignalInbox
 from atp.daemon.lease import Lease, clock
 from atp.daemon.outage import (
     CONNECTION_ERRORS,
@@ -60,10 +63,6 @@ logger = logging.getLogger(__name__)
 
 CONTROL_INTERVAL_SECONDS = 0.5
 MAX_WAIT_SECONDS = 1.0
-#: How long after a claim that took all that was runnable the daemon looks up the next
-#: delayed task: the ends of tasks shorter than that are written first, not after a
-#: query on the way (it added half a millisecond to a short task's end on PostgreSQL).
-NEXT_DUE_LOOKUP_DELAY_SECONDS = 0.005
 #: After a purge that found a full batch (more is due), before the next: the loop's own
 #: work (ends, claims) goes between them, and retention still keeps pace (a batch of 500
 #: takes ~50 ms on PostgreSQL).
@@ -120,28 +119,38 @@ class Supervisor:
         self.drain_deadline = None
         self.outage = Outage()
         self.contention = Contention()
-        self.should_claim = True
+        self.claims = ClaimPolicy(config.poll_interval)
         self.heartbeats = Every(conf.HEARTBEAT_INTERVAL_SECONDS)
         self.controls = Every(CONTROL_INTERVAL_SECONDS)
-        self.polls = Every(config.poll_interval)
-        # When the first task waiting for its time becomes runnable (monotonic), if before
-        # the next poll, as found after the last claim that took all that was runnable;
-        # None: none that soon.
-        self.next_due = None
-        # When to look that up (monotonic; None: not asked): a moment after the claim,
-        # so that the ends of the short tasks it gave out are written first.
-        self.due_lookup_at = None
-        self.maintenance = Every(conf.HEARTBEAT_INTERVAL_SECONDS)
-        # Purges follow one another while they find work, then wait for the next round.
-        self.purges = Paced(conf.HEARTBEAT_INTERVAL_SECONDS, PURGE_GAP_SECONDS)
         # Other daemons' heartbeat counters, and the pulses of open batches' blocks, as
         # seen on this one's monotonic clock.
         self.neighbours = Watch()
         self.batch_blocks = Watch()
-        # Schedules (periodic tasks) are looked at every poll, and at the due time of
-        # the first when it comes before the next poll (monotonic; None: not that soon).
-        self.schedules = Every(config.poll_interval)
-        self.next_schedule = None
+        self.duties = Duties(self._duties(), log=logger)
+
+    def _duties(self):
+        """Return the maintenance duties, in the order a round runs them (see
+        ``atp.daemon.duties``)."""
+        heartbeat, poll = conf.HEARTBEAT_INTERVAL_SECONDS, self.config.poll_interval
+        return [
+            Duty("taking on new types", heartbeat, self._reload_catalog, is_contained=False),
+            Duty("reaping silent daemons", heartbeat, is_contained=False, run=lambda:
+                 maintenance.reap_stale_daemons(self.daemon, self.neighbours)),
+            Duty("expiring pull leases", heartbeat, maintenance.expire_pull_leases),
+            Duty("tending batches", heartbeat,
+                 lambda: maintenance.tend_batches(self.batch_blocks)),
+            Duty("pruning stopped daemons", heartbeat, maintenance.prune_stopped_daemons,
+                 is_contained=False),
+            Duty("tending the queue table", heartbeat, maintenance.tend_queue_table,
+                 is_contained=False),
+            # Every poll, and when the first schedule comes due, if before the next poll.
+            Duty("enqueueing what came due", poll, self._enqueue_due, is_paced=True,
+                 while_stopping=False),
+            # After the round's own work; batch after batch, a moment apart, while some
+            # are due, so that retention keeps pace with what ends.
+            Duty("purging ended tasks and tombstones", heartbeat, self._purge, is_paced=True,
+                 after_claim=True, while_stopping=False),
+        ]
 
     # -- the loop ------------------------------------------------------------------
 
@@ -205,32 +214,27 @@ class Supervisor:
         ready = [inbox, *self.pool.waitables()]
         if self.listener.is_listening:
             ready.append(self.listener)
-        timeout = 0.0 if self._may_claim(now) else self._seconds_to_next_duty(now)
+        has_room = self._may_claim() and self._has_room()
+        timeout = (0.0 if has_room and self.claims.is_due(now)
+                   else self._seconds_to_next_duty(now, has_room))
         if self.listener in wait(ready, timeout) and self.listener.drain():
-            self.should_claim = True
+            self.claims.woken()
 
-    def _seconds_to_next_duty(self, now):
+    def _seconds_to_next_duty(self, now, has_room):
         due = [now + MAX_WAIT_SECONDS]
         if self.outage.is_on:
             due.append(self.outage.retry_at)  # no database work before then
         elif self.lease.is_expired():
             due.append(self.heartbeats.next)  # nothing but the heartbeat until it is back
         else:
-            due += [self.heartbeats.next, self.maintenance.next]
-            if self.drain_deadline is None:
-                due.append(self.purges.next)
+            due += [self.heartbeats.next,
+                    self.duties.next_due(is_stopping=self.drain_deadline is not None)]
             if self.pool.workers:
                 due.append(self.controls.next)
-            if self.pool.idle() and self.drain_deadline is None:
-                due.append(self.polls.next)
-            if self.next_due is not None and self._free_slots() > 0:
-                due.append(self.next_due)
-            if self.due_lookup_at is not None:
-                due.append(self.due_lookup_at)
-            if self.drain_deadline is None:
-                due.append(self.schedules.next)
-                if self.next_schedule is not None:
-                    due.append(self.next_schedule)
+            claim_at = self.claims.wake_at(has_idle=bool(self.pool.idle()), has_room=has_room,
+                                           is_stopping=self.drain_deadline is not None)
+            if claim_at is not None:
+                due.append(claim_at)
         deadlines = [w.assignment.kill_at for w in self.pool.busy() if w.assignment.kill_at]
         if self.drain_deadline is not None and self.drain_deadline > now:
             deadlines.append(self.drain_deadline)
@@ -301,10 +305,7 @@ class Supervisor:
             return
         worker.is_suspended = False  # a task can only end running: a pause came too late
         worker.tasks_done += 1
-        # A place is free: worth a claim when the last one was full, or when a task of a
-        # limited type may wait for the slot this one freed. Otherwise the queue was
-        # empty at the last claim (a new task would have notified): the round only writes.
-        self.should_claim = self.should_claim or self.catalog.has_limits
+        self.claims.task_ended(has_limits=self.catalog.has_limits)
         limit_tasks = self.config.max_tasks_per_child
         limit_mb = self.config.max_memory_per_child_mb
         if worker.is_retiring:
@@ -384,7 +385,7 @@ class Supervisor:
         else:
             self.contention.end()
         if self.outage.end():
-            self.should_claim = True
+            self.claims.woken()
 
     def _database_work(self, now):
         """The round's database work, in order; a connection error ends it early."""
@@ -403,63 +404,36 @@ class Supervisor:
             queued += [instance.pk for instance in self.held]
             self.stopper.apply(stopping.decide(observed, busy, queued), self.daemon)
             self.controls.done(now)
-        if self.maintenance.is_due(now):
-            self._reload_catalog()
-            maintenance.reap_stale_daemons(self.daemon, self.neighbours)
-            self._duty("expiring pull leases", maintenance.expire_pull_leases)
-            self._duty("tending batches", lambda: maintenance.tend_batches(self.batch_blocks))
-            maintenance.prune_stopped_daemons()
-            maintenance.tend_queue_table()
-            self.maintenance.done(now)
-        if self.drain_deadline is None and (self.schedules.is_due(now) or (
-                self.next_schedule is not None and now >= self.next_schedule)):
-            self._complete_batches()
-            self._enqueue_schedules(now)
+        self.duties.run_due(now, is_stopping=self.drain_deadline is not None)
         self.listener.ensure_connected()
-        if self._may_claim(now):
-            self._claim(now)  # writes the reported ends too, in the same statement
+        claim = self._claim_due(now)
+        if claim is not None:
+            self._claim(claim, now)  # writes the reported ends too, in the same statement
         self._settle()
-        self._purge(now)
+        # Asked again: a burst's claim that found nothing began the drain.
+        self.duties.run_due(now, is_stopping=self.drain_deadline is not None, after_claim=True)
         self._look_for_next_due(time.monotonic())
 
-    def _purge(self, now):
-        """Purge a batch of what retention lets go, after the round's own work; again
-        soon while there is more."""
-        if self.drain_deadline is not None or not self.purges.is_due(now):
-            return
-        purged = self._duty("purging ended tasks and tombstones", maintenance.purge_expired)
-        self.purges.done(time.monotonic(), found_work=purged is not None and purged[1])
+    def _enqueue_due(self):
+        """Enqueue the on-complete task of each batch whose members all ended, and the due
+        runs of schedules; return the seconds until the next schedule comes due (None:
+        none is known). Each part's failure is logged, and tried again at the next turn."""
+        completed = contain("completing batches", maintenance.complete_batches, logger)
+        self.claims.enqueued(completed or 0)
+        done = contain("enqueueing the due runs of schedules", maintenance.enqueue_due_schedules,
+                       logger)
+        if done is None:
+            return None
+        enqueued, seconds = done
+        self.claims.enqueued(enqueued)
+        return seconds
 
     @staticmethod
-    def _duty(what, duty):
-        """Run a duty that is not the daemon's own work (others' tasks, batches, purges);
-        return what it returns, or None when it failed otherwise than by the connection:
-        logged, and tried again at its next turn, not the end of the daemon."""
-        try:
-            return duty()
-        except CONNECTION_ERRORS:
-            raise
-        except Exception:  # a write the database refused
-            logger.exception("%s failed", what)
-            return None
-
-    def _complete_batches(self):
-        """Enqueue the on-complete task of each batch whose members all ended."""
-        completed = self._duty("completing batches", maintenance.complete_batches)
-        self.should_claim = self.should_claim or bool(completed)
-
-    def _enqueue_schedules(self, now):
-        """Enqueue the due runs of schedules; note when the next comes due, if before
-        the next poll."""
-        self.schedules.done(now)
-        self.next_schedule = None
-        done = self._duty("enqueueing the due runs of schedules", maintenance.enqueue_due_schedules)
-        if done is None:
-            return
-        enqueued, seconds = done
-        self.should_claim = self.should_claim or enqueued > 0
-        if seconds is not None and seconds < self.config.poll_interval:
-            self.next_schedule = time.monotonic() + seconds
+    def _purge():
+        """Purge a batch of what retention lets go; return how soon to purge again (None:
+        at the next turn), soon while a batch was full (more is due)."""
+        _, more = maintenance.purge_expired()
+        return PURGE_GAP_SECONDS if more else None
 
     def _settle(self):
         """Write the ends the workers reported since the last round, and the starts of
@@ -521,33 +495,33 @@ class Supervisor:
         """Take on types that appeared (with their handler loaded here) or went away."""
         if self.catalog.load(may_import=False):
             engine.serve_types(self.daemon, self.catalog.type_ids())
-            self.should_claim = True
+            self.claims.woken()
 
-    def _may_claim(self, now):
-        return (
-            self.drain_deadline is None and not self.outage.is_on
-            and not self.lease.is_expired() and self._free_slots() > 0
-            and (self.should_claim or self.polls.is_due(now)
-                 or (self.next_due is not None and now >= self.next_due))
-        )
+    def _may_claim(self):
+        """Return whether the daemon may claim at all: not stopping, the database there,
+        its lease held."""
+        return (self.drain_deadline is None and not self.outage.is_on
+                and not self.lease.is_expired())
 
-    def _free_slots(self):
-        if self.held:
-            return 0  # no more claims until what is held is given out
-        return sum(self.pace.free_slots(self.pool.workers, time.monotonic()).values())
+    def _has_room(self):
+        slots = self.pace.free_slots(self.pool.workers, time.monotonic())
+        return claiming.room(slots, holding=bool(self.held)) > 0
 
-    def _claim(self, now):
+    def _claim_due(self, now):
+        """Return the claim to make this round (``claiming.Claim``), or None."""
+        if not (self._may_claim() and self.claims.is_due(now)):
+            return None
+        slots = self.pace.free_slots(self.pool.workers, time.monotonic())
+        return claiming.size(slots, len(self.pool.idle()), holding=bool(self.held))
+
+    def _claim(self, claim, now):
         """Claim tasks for the workers: started for the idle ones, prefetched for the
         queues of busy ones; write the reported ends (and starts) in the same
         transaction (one statement on PostgreSQL), and hand the tasks out."""
-        workers = self.pool.workers
-        slots = self.pace.free_slots(workers, time.monotonic())
-        limit = sum(slots.values())
-        start = len(self.pool.idle())
-        self.polls.done(now)
+        self.claims.began(now)
         reports = self._take_reports()
         try:
-            instances = self._settle_and_claim(reports.outcomes, limit, start)
+            instances = self._settle_and_claim(reports.outcomes, claim.limit, claim.start)
         except DaemonStopped:
             self._keep(reports)  # written again: refused if they were
             self._register_again()
@@ -556,36 +530,29 @@ class Supervisor:
             self._keep(reports)
             raise
         reports.written()
-        self.should_claim = len(instances) == limit
-        runnable = []
+        runnable, unknown = [], []
         for instance in instances:
             task_type = instance.type
-            if self.catalog.can_run(task_type.identifier, task_type.handler):
-                runnable.append(instance)
-            else:
-                self._hand_back_unknown(instance)
-        self._give_out(runnable, slots)
-        self.next_due = None
-        self.due_lookup_at = (None if self.should_claim or self.drain_deadline is not None
-                              else time.monotonic() + NEXT_DUE_LOOKUP_DELAY_SECONDS)
+            can_run = self.catalog.can_run(task_type.identifier, task_type.handler)
+            (runnable if can_run else unknown).append(instance)
+        self._give_out(runnable, claim.slots)
+        self.claims.claimed(claim.limit, len(instances), time.monotonic(),
+                            is_stopping=self.drain_deadline is not None)
+        for instance in unknown:
+            self._hand_back_unknown(instance)  # after: it takes the new types on
         if self.config.burst and not instances and not self.pool.busy():
             self._begin_drain("burst: nothing left to run")
 
     def _look_for_next_due(self, now):
-        """A moment after a claim that took all that was runnable, note when the first task
-        waiting for its time (an ``eta``, a retry's backoff) becomes runnable, or the next
-        token of a type with a rate and runnable tasks comes, if before the next poll:
-        the daemon claims then, if it has room. A new delayed task is found at the next
-        poll at the latest (enqueues of delayed tasks do not wake daemons)."""
-        if self.due_lookup_at is None or now < self.due_lookup_at:
-            return
-        self.due_lookup_at = None
-        if self.should_claim or self.drain_deadline is not None:
+        """When the claim policy asks for it, learn when the first task waiting for its
+        time (an ``eta``, a retry's backoff) becomes runnable, or the next token of a
+        type with a rate and runnable tasks comes, if before the next poll (see
+        ``atp.daemon.claiming``)."""
+        if not self.claims.take_due_lookup(now, is_stopping=self.drain_deadline is not None):
             return
         seconds = engine.next_due(self.catalog.type_ids(), self.config.poll_interval,
                                   rates=self.catalog.has_rates)
-        if seconds is not None:
-            self.next_due = time.monotonic() + seconds
+        self.claims.due_in(seconds, time.monotonic())
 
     def _give_out(self, instances, slots=None):
         """Send claimed tasks to the workers (see ``prefetch.distribute``); hold the ones

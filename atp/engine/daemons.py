@@ -12,7 +12,7 @@ that lands after finds the daemon stopped.
 import datetime
 import socket
 
-from django.db.models import F, Value
+from django.db.models import BooleanField, ExpressionWrapper, F, Q, Value
 from django.db.models.functions import Now
 
 from atp import processes
@@ -20,7 +20,7 @@ from atp.engine.base import load_on_access, pk_of, queue_write
 from atp.engine.lifecycle import hand_back, release, restart
 from atp.engine.locks import lock_task
 from atp.exceptions import TaskNotFound
-from atp.models import Daemon, Task
+from atp.models import Daemon, Instance, Task
 from atp.states import IN_FLIGHT
 
 
@@ -107,6 +107,39 @@ def heartbeat_counters(*, exclude=None):
     if exclude is not None:
         rows = rows.exclude(pk=pk_of(exclude))
     return {daemon.pk: daemon for daemon in rows}
+
+
+def daemons_on_host(host, *, exclude=None):
+    """Return the daemons recorded as running on ``host`` (not pull consumers: they have
+    no process to look for), without ``exclude``."""
+    rows = Daemon.objects.filter(host=host, stopped__isnull=True, consumer__isnull=True)
+    if exclude is not None:
+        rows = rows.exclude(pk=pk_of(exclude))
+    return list(rows)
+
+
+def leases_of(daemon):
+    """Return the tasks ``daemon`` holds a lease on, as ``{pk: (status, attempt, overdue)}``:
+    overdue when past its deadline on the database clock and not paused. One query."""
+    return {
+        pk: (status, attempt, overdue)
+        for pk, status, attempt, overdue in Task.objects.filter(daemon_id=pk_of(daemon)).annotate(
+            overdue=ExpressionWrapper(
+                Q(deadline__lt=Now(), paused_since__isnull=True), output_field=BooleanField()
+            )
+        ).values_list("instance_id", "instance__status", "instance__attempt", "overdue")
+    }
+
+
+def task_states(pks):
+    """Return ``{pk: (status, attempt)}`` of the tasks ``pks`` that exist; one query, none
+    for no task."""
+    if not pks:
+        return {}
+    return {
+        pk: (status, attempt) for pk, status, attempt in
+        Instance.objects.filter(pk__in=pks).values_list("pk", "status", "attempt")
+    }
 
 
 @queue_write

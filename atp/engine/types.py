@@ -162,6 +162,13 @@ def get_type(identifier):
         return _sync(declaration)
 
 
+def catalog_rows():
+    """Return what a daemon needs of every type to know whether it runs it: ``(id,
+    identifier, handler, input_format, max_concurrency, rate, pull)`` tuples."""
+    return list(Type.objects.values_list("pk", "identifier", "handler", "input_format",
+                                         "max_concurrency", "rate", "pull"))
+
+
 def update_task_type(identifier, **parameters):
     """Change only the given parameters of task type ``identifier``; return the ``Type``.
 

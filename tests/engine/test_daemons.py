@@ -1,10 +1,13 @@
+import datetime
 import os
 import socket
 
 import pytest
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from atp import engine
+from atp.engine.daemons import daemons_on_host, leases_of, task_states
 from atp.models import Daemon, Instance, Task
 from atp.states import Status
 from tests.factories import TaskFactory
@@ -73,3 +76,42 @@ def test_a_daemon_judged_silent_at_a_count_is_not_reaped_once_it_beat_again(noop
     assert Instance.objects.get(pk=task.pk).status == Status.RUNNING
     assert engine.reap_daemon(daemon, "silent", beats=2) == 1
     assert Instance.objects.get(pk=task.pk).status == Status.ACCEPTED
+
+
+# -- what a daemon reads of the registry ------------------------------------------------
+
+def test_the_daemons_running_on_a_host_are_those_not_stopped_with_a_process(db):
+    import atp
+
+    me, neighbour, stopped = (engine.register_daemon() for _ in range(3))
+    engine.retire_daemon(stopped)
+    elsewhere = engine.register_daemon()
+    Daemon.objects.filter(pk=elsewhere.pk).update(host="elsewhere")
+    atp.register_pull_type("tests.pull")
+    atp.enqueue("tests.pull")
+    assert atp.lease_tasks("tests.pull", 1, 60)  # registers a consumer on this host
+    host = socket.gethostname()
+    assert [d.pk for d in daemons_on_host(host, exclude=me)] == [neighbour.pk]
+    assert {d.pk for d in daemons_on_host(host)} == {me.pk, neighbour.pk}
+
+
+def test_a_daemons_leases_say_which_tasks_are_past_their_deadline_unless_paused(noop_type):
+    daemon = engine.register_daemon()
+    running, late, paused = (TaskFactory(type=noop_type, status=status, daemon=daemon)
+                             for status in (Status.RUNNING, Status.RUNNING, Status.PAUSED))
+    TaskFactory(type=noop_type, status=Status.RUNNING)  # another daemon's
+    Task.objects.filter(pk__in=[late.pk, paused.pk]).update(deadline=Now() - datetime.timedelta(seconds=1))
+    assert leases_of(daemon) == {
+        running.pk: (Status.RUNNING, running.attempt, False),
+        late.pk: (Status.RUNNING, late.attempt, True),
+        paused.pk: (Status.PAUSED, paused.attempt, False),  # its clock stopped
+    }
+
+
+def test_the_states_of_tasks_are_read_by_key_and_a_deleted_one_is_left_out(
+        noop_type, django_assert_num_queries):
+    kept, deleted = TaskFactory(type=noop_type), TaskFactory(type=noop_type)
+    engine.delete_task(deleted)
+    assert task_states([kept.pk, deleted.pk]) == {kept.pk: (Status.ACCEPTED, 0)}
+    with django_assert_num_queries(0):
+        assert task_states([]) == {}

@@ -3,6 +3,7 @@ import datetime
 import pytest
 
 import atp
+from atp.engine.types import catalog_rows
 from atp.exceptions import InvalidHandler, InvalidParameter, TaskTypeInUse, TaskTypeNotFound
 from atp.models import Type
 from tests import handlers
@@ -90,3 +91,16 @@ def test_updating_a_type_changes_only_what_is_named(noop_type):
     assert Type.objects.get(pk=noop_type.pk).timeout == datetime.timedelta(seconds=90)
     with pytest.raises(TaskTypeNotFound):
         engine.update_task_type("tests.nothing", timeout=5)
+
+
+def test_a_daemons_catalog_reads_each_type_with_its_handler_and_what_limits_it():
+    atp.register_task_type("tests.limited", "tests.handlers.noop", max_concurrency=2)
+    atp.register_task_type("tests.rated", "tests.handlers.echo", rate="5/s")
+    atp.register_pull_type("tests.pull")
+    rows = {row[1]: row for row in catalog_rows()}
+    limited, rated, pull = rows["tests.limited"], rows["tests.rated"], rows["tests.pull"]
+    assert limited[0] == Type.objects.get(identifier="tests.limited").pk
+    assert limited[2:] == ("tests.handlers.noop", "json", 2, None, False)
+    assert (rated[2], rated[4], rated[6]) == ("tests.handlers.echo", None, False)
+    assert rated[5] is not None
+    assert pull[6] is True

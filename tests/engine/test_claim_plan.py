@@ -83,7 +83,7 @@ def picked_nodes(plan_json):
 
 def explain_hot_claim(daemon, type_ids):
     with connection.cursor() as cursor:
-        postgresql.execute_claim(cursor, f"EXPLAIN (FORMAT JSON) {postgresql.CLAIM}",
+        postgresql.execute_claim(cursor, f"EXPLAIN (FORMAT JSON) {postgresql.SQL['claim']}",
                               postgresql.claim_parameters(daemon, 8, type_ids))
         plan = cursor.fetchone()[0]
     return plan if isinstance(plan, list) else json.loads(plan)
@@ -210,8 +210,8 @@ def test_the_plan_kept_for_the_daemons_round_reads_each_row_by_its_key(
     assert (settled, len(claimed)) == (set(), 4)
     params = {**postgresql.settle_parameters(daemon, outcomes),
               **postgresql.claim_parameters(daemon, 4, [noop_type.pk], start=4, inputs=True)}
-    statement = (postgresql.SETTLE_AND_CLAIM_WITHIN_LIMITS if limited
-                 else postgresql.SETTLE_AND_CLAIM)
+    statement = postgresql.SQL[
+        "settle_and_claim_within_limits" if limited else "settle_and_claim"]
     plan = kept_plan(postgresql.with_limit(statement, 4), params)
     nodes = list(_nodes(plan[0]["Plan"]))
     reads = [(node["Relation Name"], node["Node Type"], node.get("Index Name"),
@@ -237,7 +237,7 @@ def test_the_next_due_time_is_read_by_probes_of_the_claim_index(
         postgres_only, noop_type, statistics):
     _waiting_with(statistics)
     with connection.cursor() as cursor:
-        postgresql.execute_claim(cursor, f"EXPLAIN (FORMAT JSON) {postgresql.NEXT_DUE}",
+        postgresql.execute_claim(cursor, f"EXPLAIN (FORMAT JSON) {postgresql.SQL['next_due']}",
                                  {"types": [noop_type.pk], "within": 1.0})
         plan = cursor.fetchone()[0]
     plan = plan if isinstance(plan, list) else json.loads(plan)

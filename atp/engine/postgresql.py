@@ -46,8 +46,8 @@ ONE_STATEMENT = True
 
 #: The engine's statements, by name (``atp/engine/statements/postgresql.sql``).
 SQL = statements.load("postgresql")
-#: Planner settings for the claim's transaction (see the statement); the ORM's walks of
-#: the claim index on PostgreSQL run it too (``atp.engine.databases``).
+#: The planner settings under which the ORM's walks of the claim index run on PostgreSQL
+#: (``atp.engine.databases``); the engine's claims run ``bound_claim_plan``.
 CLAIM_PLAN = SQL["claim_plan"]
 
 
@@ -90,11 +90,11 @@ def _preparing_cursor_class():
 
 
 def execute_claim(cursor, sql, params, *, within_limits=False):
-    """Execute ``sql`` (a claim, or its EXPLAIN) under ``claim_plan`` (with ``lock_limited``'s
-    locks when it claims ``within_limits``): in one round trip where the cursor binds on the
-    client (each statement of the string still reads the database as it is when that
-    statement begins), else as statements of the caller's transaction."""
-    first = SQL["lock_limited"] if within_limits else CLAIM_PLAN
+    """Execute ``sql`` (a claim, or its EXPLAIN) under ``bound_claim_plan`` (with
+    ``lock_limited``'s locks when it claims ``within_limits``): in one round trip where the
+    cursor binds on the client (each statement of the string still reads the database as it
+    is when that statement begins), else as statements of the caller's transaction."""
+    first = SQL["lock_limited"] if within_limits else SQL["bound_claim_plan"]
     if _binds_on_the_client(cursor):
         cursor.execute(f"{first}; {sql}", params)
         cursor.nextset()  # to the claim's own result
@@ -111,22 +111,11 @@ def _binds_on_the_client(cursor):
     return isinstance(cursor.cursor, psycopg.ClientCursor)
 
 
-def with_limit(sql, limit):
-    """Return the claim ``sql`` taking ``limit`` rows, written in the statement.
-
-    Prepared with the limit as a parameter, the plan PostgreSQL keeps expects a tenth
-    of the waiting rows to be claimed, and starts the tasks claimed by hashing every
-    ACCEPTED task: 20 ms a claim with 30,000 waiting. A claim takes few rows (about
-    as many as a daemon has workers): one prepared statement per limit is cheap.
-    """
+def claim_parameters(daemon, limit, type_ids, start=0, inputs=False):
+    """Return the parameters of the claims; raise ``ValueError`` for a ``limit`` or a
+    ``start`` that is not a count."""
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
         raise ValueError(f"a claim's limit is a non-negative integer, not {limit!r}")
-    return sql.replace("LIMIT %(limit)s", f"LIMIT {limit}")
-
-
-def claim_parameters(daemon, limit, type_ids, start=0, inputs=False):
-    """Return the parameters of the claims; ``limit`` is written in the statement itself
-    (``with_limit``), and kept here for a statement that binds it."""
     return {"types": list(type_ids), "limit": limit, "daemon": daemon.pk,
             "label": daemon_label(daemon), "start": check_start(start), "inputs": inputs,
             "default_bucket_size": DEFAULT_BUCKET_SIZE}
@@ -144,10 +133,10 @@ def claim(daemon, limit, type_ids, start=0, inputs=False, limited=False):
     """
     params = claim_parameters(daemon, limit, type_ids, start, inputs)
     if not limited:
-        _, claimed = _claim(with_limit(SQL["claim"], limit), params, daemon, inputs)
+        _, claimed = _claim(SQL["claim"], params, daemon, inputs)
         if claimed is not None:
             return claimed
-    _, claimed = _claim(with_limit(SQL["claim_within_limits"], limit), params, daemon, inputs,
+    _, claimed = _claim(SQL["claim_within_limits"], params, daemon, inputs,
                         within_limits=True)
     return claimed
 
@@ -164,9 +153,9 @@ def settle_and_claim(daemon, outcomes, limit, type_ids, start, limited=False):
     params = {**settle_parameters(daemon, outcomes),
               **claim_parameters(daemon, limit, type_ids, start, inputs=True)}
     if limited:
-        return _claim(with_limit(SQL["settle_and_claim_within_limits"], limit), params, daemon,
-                      True, within_limits=True)
-    return _claim(with_limit(SQL["settle_and_claim"], limit), params, daemon, True)
+        return _claim(SQL["settle_and_claim_within_limits"], params, daemon, True,
+                      within_limits=True)
+    return _claim(SQL["settle_and_claim"], params, daemon, True)
 
 
 def _claim(sql, params, daemon, inputs, within_limits=False):
@@ -175,7 +164,7 @@ def _claim(sql, params, daemon, inputs, within_limits=False):
         if connection.in_atomic_block or _binds_on_the_client(cursor):
             execute_claim(cursor, sql, params, within_limits=within_limits)
             rows = cursor.fetchall()
-        else:  # claim_plan (and lock_limited) and the claim must share a transaction
+        else:  # bound_claim_plan (or lock_limited) and the claim must share a transaction
             with transaction.atomic(using=connection.alias):
                 execute_claim(cursor, sql, params, within_limits=within_limits)
                 rows = cursor.fetchall()
@@ -210,7 +199,7 @@ def next_due(type_ids, within):
         if connection.in_atomic_block or _binds_on_the_client(cursor):
             execute_claim(cursor, SQL["next_due"], params)
             row = cursor.fetchone()
-        else:  # claim_plan and the statement must share a transaction
+        else:  # bound_claim_plan and the statement must share a transaction
             with transaction.atomic(using=connection.alias):
                 execute_claim(cursor, SQL["next_due"], params)
                 row = cursor.fetchone()

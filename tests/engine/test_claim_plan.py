@@ -156,7 +156,7 @@ def test_the_claim_walks_the_claim_index_on_sqlite(noop_type, statistics):
 
 def kept_plan(sql, params):
     """Return the plan PostgreSQL keeps for ``sql`` as the daemon runs it: prepared on the
-    connection, and planned once, generically, under ``CLAIM_PLAN``."""
+    connection, and planned once, generically, under ``bound_claim_plan``."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT name, parameter_types::text[] FROM pg_prepared_statements "
@@ -165,7 +165,7 @@ def kept_plan(sql, params):
         assert row is not None, "the daemon's statement is not prepared"
         name, types = row
         order = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", sql)))
-        cursor.execute(postgresql.CLAIM_PLAN)
+        cursor.execute(postgresql.SQL["bound_claim_plan"])
         arguments = ", ".join(f"%s::{kind}" for kind in types)
         cursor.execute(f"EXPLAIN (FORMAT JSON) EXECUTE {name}({arguments})",
                        [params[key] for key in order])
@@ -212,7 +212,7 @@ def test_the_plan_kept_for_the_daemons_round_reads_each_row_by_its_key(
               **postgresql.claim_parameters(daemon, 4, [noop_type.pk], start=4, inputs=True)}
     statement = postgresql.SQL[
         "settle_and_claim_within_limits" if limited else "settle_and_claim"]
-    plan = kept_plan(postgresql.with_limit(statement, 4), params)
+    plan = kept_plan(statement, params)
     nodes = list(_nodes(plan[0]["Plan"]))
     reads = [(node["Relation Name"], node["Node Type"], node.get("Index Name"),
               node.get("Index Cond"))

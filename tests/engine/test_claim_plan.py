@@ -11,6 +11,7 @@ import re
 
 import pytest
 from django.db import connection
+from django.utils import timezone
 
 import atp
 from atp import engine
@@ -152,6 +153,48 @@ def test_the_claim_walks_the_claim_index_on_sqlite(noop_type, statistics):
         plan = " | ".join(str(row[-1]) for row in cursor.fetchall())
     assert "USING INDEX atp_task_claim_idx" in plan, plan
     assert "TEMP B-TREE" not in plan, plan  # no sort
+
+
+@pytest.mark.parametrize("statistics", ["none", "analyzed while empty"])
+def test_the_sqlite_engines_claims_walk_the_claim_index(noop_type, daemon, statistics):
+    """The SQLite engine's statements take their lists as one JSON parameter: the claim
+    still walks the claim index in claim order (within limits, once for the types without
+    a limit and once per limited type, reading the others by key), and schedules the
+    tasks it took by their keys."""
+    if connection.vendor != "sqlite":
+        pytest.skip("SQLite planner")
+    from atp.engine import sqlite
+
+    if statistics == "analyzed while empty":
+        _analyze_while_empty()
+    limited = atp.register_task_type("tests.limited", "tests.handlers.noop", max_concurrency=3)
+    _enqueue(20_000)
+    atp.enqueue_many("tests.limited", [None] * 1_000)
+    types = json.dumps([noop_type.pk, limited.pk])
+    now = sqlite._stamp(timezone.now())
+    plans = {}
+    with connection.cursor() as cursor:
+        for name, params in [
+            ("waiting", {"now": now, "types": types, "limit": 8}),
+            ("waiting_within_limits", {"now": now, "unlimited": json.dumps([noop_type.pk]),
+                                       "free": json.dumps({limited.pk: 3}), "limit": 8}),
+            ("next_due", {"now": now, "bound": now, "types": types}),
+            ("schedule", {"daemon": daemon.pk, "now": now, "starting": "[1]", "keys": "[1, 2]"}),
+        ]:
+            cursor.execute(f"EXPLAIN QUERY PLAN {sqlite.SQL[name]}", params)
+            plans[name] = [str(row[-1]) for row in cursor.fetchall()]
+    reads = [step for name in ("waiting", "waiting_within_limits", "next_due")
+             for step in plans[name] if re.search(r"\b(SCAN|SEARCH) (atp_task|t)\b", step)]
+    assert reads and all("USING INDEX atp_task_claim_idx" in step or "(instance_id=?)" in step
+                         for step in reads), plans
+    walks = [step for step in plans["waiting_within_limits"] if "atp_task_claim_idx" in step]
+    assert len(walks) == 2, plans
+    assert not any("TEMP B-TREE" in step for step in plans["waiting"]), plans  # no sort
+    assert plans["schedule"][0] == "SEARCH atp_instance USING INTEGER PRIMARY KEY (rowid=?)", plans
+    # And the engine claims in claim order, within the limit.
+    claimed = engine.claim_for_daemon(daemon, 6, [limited.pk, noop_type.pk])
+    assert [task.pk for task in claimed] == sorted(task.pk for task in claimed)
+    assert len(claimed) == 6
 
 
 def kept_plan(sql, params):

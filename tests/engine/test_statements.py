@@ -21,7 +21,7 @@ from atp.engine.sql import stored_fields
 from atp.models import Inputs, Instance, Task, Type
 from atp.states import Status, sources_of
 
-ENGINES = ["postgresql"]
+ENGINES = ["postgresql", "sqlite"]
 ATP = Path(__file__).resolve().parents[2] / "atp"
 
 #: The statements of each engine that return rows of models: the facts a claim returns
@@ -33,6 +33,10 @@ MODEL_ROWS = {
         "claim": (FACTS, CLAIMED), "claim_within_limits": (FACTS, CLAIMED),
         "settle_and_claim": (FACTS, CLAIMED), "settle_and_claim_within_limits": (FACTS, CLAIMED),
         "start": ([], CLAIMED),
+    },
+    "sqlite": {
+        "claimable_types": ([], [Type]), "schedule": ([], [Instance]), "start": ([], [Instance]),
+        "type_of": ([], [Type]), "inputs_of": ([], [Inputs]), "inputs_of_claimed": ([], [Inputs]),
     },
 }
 
@@ -47,6 +51,10 @@ GUARDED = {
         "settle_and_claim_within_limits": CLAIM_GUARDS | SETTLE_GUARDS,
         "settle": SETTLE_GUARDS, "finish": {Status.FINISHED},
     },
+    "sqlite": {
+        "schedule": CLAIM_GUARDS, "finish": {Status.FINISHED},
+        "end_finished": {Status.FINISHED}, "end_failed": {Status.FAILED},
+    },
 }
 
 #: Statements that repeat the steps of another: each has every common table expression
@@ -59,6 +67,7 @@ REPEATS = {
         ("settle", "settle_and_claim", set()),
         ("settle", "settle_and_claim_within_limits", set()),
     ],
+    "sqlite": [],
 }
 
 GUARD_LIST = re.compile(r"(?<![\w.])(?:i\.)?status IN \(([^)]*)\)")
@@ -175,3 +184,19 @@ def test_every_postgresql_statement_is_prepared_by_the_server_and_returns_model_
         if name in MODEL_ROWS["postgresql"]:
             facts, models = MODEL_ROWS["postgresql"][name]
             assert fields == facts + [column for model in models for column in columns_of(model)]
+
+
+def test_every_sqlite_statement_is_compiled_by_the_library_and_returns_model_rows(db):
+    if connection.vendor != "sqlite":
+        pytest.skip("SQLite's statements")
+    with connection.cursor() as cursor:
+        for name, sql in statements.load("sqlite").items():
+            named = re.findall(r"%\((\w+)\)s", sql)
+            assert not (named and re.search(r"%s", sql)), f"{name}: one style of placeholder"
+            params = dict.fromkeys(named) if named else [None] * sql.count("%s")
+            cursor.execute(f"EXPLAIN {sql}", params)
+            if name in MODEL_ROWS["sqlite"]:  # its lists given as NULL: it writes nothing
+                cursor.execute(sql, params)
+                facts, models = MODEL_ROWS["sqlite"][name]
+                assert [column[0] for column in cursor.description] == facts + [
+                    column for model in models for column in columns_of(model)], name

@@ -17,7 +17,7 @@ from django.db import connection
 
 from atp.engine import statements
 from atp.engine.notify import QUEUE_CHANNEL
-from atp.engine.sql import stored_fields
+from atp.engine.sql import CLAIM_ORDER_SQL, stored_fields
 from atp.models import Inputs, Instance, Task, Type
 from atp.states import Status, sources_of
 
@@ -134,6 +134,15 @@ def test_the_guards_are_the_transitions_of_atp_states(engine):
         expected = {frozenset(map(str, sources_of(target)))
                     for target in GUARDED[engine].get(name, ())}
         assert written == expected, name
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_every_walk_of_the_queue_is_in_claim_order(engine):
+    for name, sql in statements.load(engine).items():
+        for clause in re.findall(r"ORDER BY ([^;)]*?priority DESC,[^;)]*?)(?: LIMIT|\)|\n|$)", sql):
+            keys = [re.sub(r"^\w+\.", "", key.strip()) for key in clause.split(",")]
+            keys[-1] = "instance_id" if keys[-1] == "id" else keys[-1]  # an instance's key
+            assert "ORDER BY " + ", ".join(keys) == CLAIM_ORDER_SQL, (name, clause)
 
 
 @pytest.mark.parametrize("engine", ENGINES)

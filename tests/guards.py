@@ -33,13 +33,16 @@ DATABASES = ("sqlite", "postgres", "mysql", "orm")
 
 @dataclass(frozen=True)
 class Guard:
-    """One guard: where it is written, and the same code without it."""
+    """One guard: where it is written, and the same code without it; ``count`` is how many
+    times it is written there (statements that repeat a step repeat its guard: each is
+    removed)."""
 
     name: str
     path: str
     guarded: str
     unguarded: str
     databases: tuple = DATABASES
+    count: int = 1
 
 
 HOT = ("postgres",)  # the PostgreSQL engine's single statements
@@ -49,6 +52,9 @@ ORM = ("orm",)  # the ORM forms of the verbs the engines run (ATP_ENGINE = "orm"
 #: Guards against a race between two transactions' statements, which SQLite's one
 #: writer at a time rules out.
 RACES = ("postgres",)
+#: The PostgreSQL engine's statements, and the SQLite engine's.
+PG = "atp/engine/statements/postgresql.sql"
+LITE_SQL = "atp/engine/statements/sqlite.sql"
 
 GUARDS = [
     # The compare-and-set behind every state change.
@@ -57,37 +63,26 @@ GUARDS = [
     Guard("move: attempt", "atp/engine/transitions.py",
           "rows = rows.filter(attempt=attempt)", "pass"),
     # Claims.
-    Guard("claim: task is ACCEPTED (hot)", "atp/engine/postgresql.py",
-          ' AND {one_of("i.status", sources_of(Status.SCHEDULED))}', "", HOT),
-    Guard("claim: row unleased (hot)", "atp/engine/postgresql.py",
-          "WHERE daemon_id IS NULL AND paused_since IS NULL", "WHERE paused_since IS NULL", HOT),
-    Guard("claim: row not held (hot)", "atp/engine/postgresql.py",
-          "WHERE daemon_id IS NULL AND paused_since IS NULL", "WHERE daemon_id IS NULL", HOT),
-    Guard("claim: daemon not stopped (hot)", "atp/engine/postgresql.py",
-          "), alive AS (\n    SELECT id FROM {DAEMON} WHERE id = %(daemon)s AND stopped IS NULL",
-          "), alive AS (\n    SELECT id FROM {DAEMON} WHERE id = %(daemon)s", HOT),
-    Guard("claim: task is ACCEPTED (lite)", "atp/engine/sqlite.py",
-          "AND {one_of('status', CLAIMABLE)} \"\n", "\"\n", LITE),
-    Guard("claim: row unleased (lite)", "atp/engine/sqlite.py",
-          '"WHERE daemon_id IS NULL AND paused_since IS NULL AND not_before <= %s "',
-          '"WHERE paused_since IS NULL AND not_before <= %s "', LITE),
-    Guard("claim: row not held (lite)", "atp/engine/sqlite.py",
-          '"WHERE daemon_id IS NULL AND paused_since IS NULL AND not_before <= %s "',
-          '"WHERE daemon_id IS NULL AND not_before <= %s "', LITE),
-    Guard("claim: daemon not stopped (lite)", "atp/engine/sqlite.py",
+    Guard("claim: task is ACCEPTED (hot)", PG,
+          "ranked.instance_id AND i.status IN ('ACCEPTED')", "ranked.instance_id", HOT, 4),
+    Guard("claim: row unleased (hot)", PG,
+          "WHERE daemon_id IS NULL AND paused_since IS NULL", "WHERE paused_since IS NULL", HOT,
+          6),
+    Guard("claim: row not held (hot)", PG,
+          "WHERE daemon_id IS NULL AND paused_since IS NULL", "WHERE daemon_id IS NULL", HOT, 6),
+    Guard("claim: daemon not stopped (hot)", PG,
+          "), alive AS (\n    SELECT id FROM atp_daemon WHERE id = %(daemon)s AND stopped IS NULL",
+          "), alive AS (\n    SELECT id FROM atp_daemon WHERE id = %(daemon)s", HOT, 4),
+    Guard("claim: task is ACCEPTED (lite)", LITE_SQL,
+          "json_each(%(keys)s)) AND status IN ('ACCEPTED')", "json_each(%(keys)s))", LITE),
+    Guard("claim: row unleased (lite)", LITE_SQL,
+          "WHERE daemon_id IS NULL AND paused_since IS NULL AND not_before <= %(now)s",
+          "WHERE paused_since IS NULL AND not_before <= %(now)s", LITE, 3),
+    Guard("claim: row not held (lite)", LITE_SQL,
+          "WHERE daemon_id IS NULL AND paused_since IS NULL AND not_before <= %(now)s",
+          "WHERE daemon_id IS NULL AND not_before <= %(now)s", LITE, 3),
+    Guard("claim: daemon not stopped (lite)", LITE_SQL,
           "WHERE id = %s AND stopped IS NULL", "WHERE id = %s", LITE),
-    Guard("claim: task is ACCEPTED (my)", "atp/engine/mysql.py",
-          "if pk in found and found[pk].status in CLAIMABLE]", "if pk in found]", MY),
-    Guard("claim: row unleased (my)", "atp/engine/mysql.py",
-          '"WHERE daemon_id IS NULL AND paused_since IS NULL AND not_before <= %s "',
-          '"WHERE paused_since IS NULL AND not_before <= %s "', MY),
-    Guard("claim: row not held (my)", "atp/engine/mysql.py",
-          '"WHERE daemon_id IS NULL AND paused_since IS NULL AND not_before <= %s "',
-          '"WHERE daemon_id IS NULL AND not_before <= %s "', MY),
-    Guard("claim: daemon not stopped (my)", "atp/engine/mysql.py",
-          "WHERE id = %s AND stopped IS NULL", "WHERE id = %s", MY),
-    Guard("claim: concurrency counts leases (my)", "atp/engine/mysql.py",
-          'FROM {TASK} WHERE daemon_id IS NOT NULL AND "', 'FROM {TASK} WHERE "', MY),
     Guard("claim: task is ACCEPTED", "atp/engine/claim.py",
           "good = [pk for pk in pks if states.get(pk) == Status.ACCEPTED]", "good = list(pks)",
           ORM),
@@ -104,33 +99,74 @@ GUARDS = [
           "Task.objects.filter(type_id__in=limited, daemon__isnull=False)",
           "Instance.objects.filter(type_id__in=limited, status__in=IN_FLIGHT)", ORM),
     # A worker's start and finish.
-    Guard("start: attempt (hot)", "atp/engine/postgresql.py",
-          "AND i.attempt = %(attempt)s\n    RETURNING {columns(Instance, \"i\")}\n), logged",
-          "\n    RETURNING {columns(Instance, \"i\")}\n), logged", HOT),
-    Guard("start: SCHEDULED (hot)", "atp/engine/postgresql.py",
-          "WHERE i.id = %(pk)s AND i.status = '{Status.SCHEDULED}'", "WHERE i.id = %(pk)s", HOT),
-    Guard("finish: attempt (hot)", "atp/engine/postgresql.py",
+    Guard("start: attempt (hot)", PG,
+          "AND i.attempt = %(attempt)s\n    RETURNING i.id, i.type_id",
+          "\n    RETURNING i.id, i.type_id", HOT),
+    Guard("start: SCHEDULED (hot)", PG,
+          "WHERE i.id = %(pk)s AND i.status = 'SCHEDULED'", "WHERE i.id = %(pk)s", HOT),
+    Guard("finish: attempt (hot)", PG,
           "FROM leased WHERE i.id = leased.instance_id AND i.attempt = %(attempt)s",
           "FROM leased WHERE i.id = leased.instance_id", HOT),
-    Guard("finish: running or paused (hot)", "atp/engine/postgresql.py",
-          '        AND {one_of("i.status", sources_of(Status.FINISHED))}\n', "", HOT),
-    Guard("finish: leased (hot)", "atp/engine/postgresql.py",
+    Guard("finish: running or paused (hot)", PG,
+          "        AND i.status IN ('PAUSED', 'RUNNING')\n", "", HOT),
+    Guard("finish: leased (hot)", PG,
           "WHERE instance_id = %(pk)s AND daemon_id IS NOT NULL\n    FOR UPDATE",
           "WHERE instance_id = %(pk)s\n    FOR UPDATE", HOT),
-    Guard("start: attempt (lite)", "atp/engine/sqlite.py",
-          "AND status = '{Status.SCHEDULED}' AND attempt = %s \"",
-          "AND status = '{Status.SCHEDULED}' AND %s IS NOT NULL \"", LITE),
-    Guard("start: SCHEDULED (lite)", "atp/engine/sqlite.py",
-          "WHERE id = %s AND status = '{Status.SCHEDULED}' AND attempt", "WHERE id = %s AND attempt",
+    Guard("start: attempt (lite)", LITE_SQL,
+          "AND status = 'SCHEDULED' AND attempt = %(attempt)s\nRETURNING",
+          "AND status = 'SCHEDULED' AND %(attempt)s IS NOT NULL\nRETURNING", LITE),
+    Guard("start: SCHEDULED (lite)", LITE_SQL,
+          "WHERE id = %(pk)s AND status = 'SCHEDULED' AND attempt", "WHERE id = %(pk)s AND attempt",
           LITE),
-    Guard("finish: attempt (lite)", "atp/engine/sqlite.py",
-          'f"WHERE id = %s AND attempt = %s AND {one_of(\'status\', FINISHABLE)}"',
-          'f"WHERE id = %s AND %s IS NOT NULL AND {one_of(\'status\', FINISHABLE)}"', LITE),
-    Guard("finish: running or paused (lite)", "atp/engine/sqlite.py",
-          " AND {one_of('status', FINISHABLE)}\"", '"', LITE),
-    Guard("finish: leased (lite)", "atp/engine/sqlite.py",
-          'DEQUEUE = f"DELETE FROM {TASK} WHERE instance_id = %s AND daemon_id IS NOT NULL"',
-          'DEQUEUE = f"DELETE FROM {TASK} WHERE instance_id = %s"', LITE),
+    Guard("finish: attempt (lite)", LITE_SQL,
+          "AND attempt = %(attempt)s AND status IN ('PAUSED', 'RUNNING');",
+          "AND %(attempt)s IS NOT NULL AND status IN ('PAUSED', 'RUNNING');", LITE),
+    Guard("finish: running or paused (lite)", LITE_SQL,
+          " AND status IN ('PAUSED', 'RUNNING');", ";", LITE),
+    Guard("finish: leased (lite)", LITE_SQL,
+          "DELETE FROM atp_task WHERE instance_id = %s AND daemon_id IS NOT NULL;",
+          "DELETE FROM atp_task WHERE instance_id = %s;", LITE),
+    # The supervisor's batched ends (settle).
+    Guard("settle: attempt (hot)", PG,
+          "AND p.id = i.id AND i.attempt = b.attempt AND (", "AND p.id = i.id AND (", HOT, 3),
+    Guard("settle: finished from running or paused (hot)", PG,
+          "(b.status = 'FINISHED' AND i.status IN ('PAUSED', 'RUNNING'))",
+          "(b.status = 'FINISHED')", HOT, 3),
+    Guard("settle: leased (hot)", PG,
+          "WHERE instance_id = ANY(%(pks)s::bigint[]) AND daemon_id IS NOT NULL",
+          "WHERE instance_id = ANY(%(pks)s::bigint[])", HOT, 3),
+    Guard("settle: attempt (lite)", LITE_SQL,
+          "AND attempt = %(attempt)s\n    AND status IN", "AND %(attempt)s IS NOT NULL\n    AND status IN",
+          LITE, 2),
+    Guard("settle: finished from its sources (lite)", LITE_SQL,
+          "\n    AND status IN ('PAUSED', 'RUNNING')\n", "\n", LITE),
+    Guard("settle: failed from its sources (lite)", LITE_SQL,
+          "\n    AND status IN ('PAUSED', 'RUNNING', 'SCHEDULED')\n", "\n", LITE),
+    # The starts of prefetched tasks, written by the settle.
+    Guard("settle start: from scheduled (hot)", PG,
+          "(b.started_ago IS NOT NULL AND i.status = 'SCHEDULED'",
+          "(b.started_ago IS NOT NULL", HOT, 3),
+    Guard("settle start: from scheduled (lite)", LITE_SQL,
+          "WHERE id = %(pk)s AND attempt = %(attempt)s AND status = 'SCHEDULED'\n",
+          "WHERE id = %(pk)s AND attempt = %(attempt)s\n", LITE),
+    Guard("settle start: attempt (lite)", LITE_SQL,
+          "WHERE id = %(pk)s AND attempt = %(attempt)s AND status = 'SCHEDULED'\n",
+          "WHERE id = %(pk)s AND %(attempt)s IS NOT NULL AND status = 'SCHEDULED'\n", LITE),
+    Guard("settle: leased (lite)", LITE_SQL,
+          "WHERE instance_id = %(pk)s AND daemon_id IS NOT NULL)",
+          "WHERE instance_id = %(pk)s)", LITE, 3),
+    Guard("claim: task is ACCEPTED (my)", "atp/engine/mysql.py",
+          "if pk in found and found[pk].status in CLAIMABLE]", "if pk in found]", MY),
+    Guard("claim: row unleased (my)", "atp/engine/mysql.py",
+          '"WHERE daemon_id IS NULL AND paused_since IS NULL AND not_before <= %s "',
+          '"WHERE paused_since IS NULL AND not_before <= %s "', MY),
+    Guard("claim: row not held (my)", "atp/engine/mysql.py",
+          '"WHERE daemon_id IS NULL AND paused_since IS NULL AND not_before <= %s "',
+          '"WHERE daemon_id IS NULL AND not_before <= %s "', MY),
+    Guard("claim: daemon not stopped (my)", "atp/engine/mysql.py",
+          "WHERE id = %s AND stopped IS NULL", "WHERE id = %s", MY),
+    Guard("claim: concurrency counts leases (my)", "atp/engine/mysql.py",
+          'FROM {TASK} WHERE daemon_id IS NOT NULL AND "', 'FROM {TASK} WHERE "', MY),
     Guard("start: attempt (my)", "atp/engine/mysql.py",
           "AND status = '{Status.SCHEDULED}' AND attempt = %s\"",
           "AND status = '{Status.SCHEDULED}' AND %s IS NOT NULL\"", MY),
@@ -145,34 +181,6 @@ GUARDS = [
     Guard("finish: leased (my)", "atp/engine/mysql.py",
           'DEQUEUE = f"DELETE FROM {TASK} WHERE instance_id = %s AND daemon_id IS NOT NULL"',
           'DEQUEUE = f"DELETE FROM {TASK} WHERE instance_id = %s"', MY),
-    # The supervisor's batched ends (settle).
-    Guard("settle: attempt (hot)", "atp/engine/postgresql.py",
-          "AND p.id = i.id AND i.attempt = b.attempt AND (", "AND p.id = i.id AND (", HOT),
-    Guard("settle: finished from running or paused (hot)", "atp/engine/postgresql.py",
-          """(b.status = '{Status.FINISHED}' AND {one_of("i.status", sources_of(Status.FINISHED))})""",
-          "(b.status = '{Status.FINISHED}')", HOT),
-    Guard("settle: leased (hot)", "atp/engine/postgresql.py",
-          "WHERE instance_id = ANY(%(pks)s::bigint[]) AND daemon_id IS NOT NULL",
-          "WHERE instance_id = ANY(%(pks)s::bigint[])", HOT),
-    Guard("settle: attempt (lite)", "atp/engine/sqlite.py",
-          'f"WHERE id = %s AND attempt = %s AND status IN ({{sources}}) AND {LEASED}"',
-          'f"WHERE id = %s AND %s IS NOT NULL AND status IN ({{sources}}) AND {LEASED}"', LITE),
-    Guard("settle: from its sources (lite)", "atp/engine/sqlite.py",
-          'f"WHERE id = %s AND attempt = %s AND status IN ({{sources}}) AND {LEASED}"',
-          'f"WHERE id = %s AND attempt = %s AND status IS NOT NULL AND {LEASED}"', LITE),
-    # The starts of prefetched tasks, written by the settle.
-    Guard("settle start: from scheduled (hot)", "atp/engine/postgresql.py",
-          "(b.started_ago IS NOT NULL AND i.status = '{Status.SCHEDULED}'",
-          "(b.started_ago IS NOT NULL", HOT),
-    Guard("settle start: from scheduled (lite)", "atp/engine/sqlite.py",
-          "AND attempt = %s AND status = '{Status.SCHEDULED}' AND {LEASED} \"",
-          "AND attempt = %s AND {LEASED} \"", LITE),
-    Guard("settle start: attempt (lite)", "atp/engine/sqlite.py",
-          "AND attempt = %s AND status = '{Status.SCHEDULED}' AND {LEASED} \"",
-          "AND %s IS NOT NULL AND status = '{Status.SCHEDULED}' AND {LEASED} \"", LITE),
-    Guard("settle: leased (lite)", "atp/engine/sqlite.py",
-          "WHERE instance_id = %s AND daemon_id IS NOT NULL)\"",
-          "WHERE instance_id = %s)\"", LITE),
     Guard("settle: attempt (my)", "atp/engine/mysql.py",
           "            if attempt != outcome.attempt:\n", "            if False:\n", MY),
     Guard("settle: from its sources (my)", "atp/engine/mysql.py",
@@ -184,6 +192,8 @@ GUARDS = [
     Guard("settle: leased (my)", "atp/engine/mysql.py",
           '"AND daemon_id IS NOT NULL ORDER BY instance_id FOR UPDATE"',
           '"ORDER BY instance_id FOR UPDATE"', MY),
+    Guard("time-out from the claim (my)", "atp/engine/mysql.py",
+          "(pk, now + types[pk].timeout)", "(pk, None)", MY),
     Guard("finish, fail: leased", "atp/engine/lifecycle.py",
           "if not queue_row(pk).filter(daemon__isnull=False).delete()[0]:",
           "if not queue_row(pk).delete()[0] and False:"),
@@ -224,10 +234,8 @@ GUARDS = [
           ORM),
     Guard("time-out from the claim (lite)", "atp/engine/sqlite.py",
           "_stamp(moment + instance.type.timeout)", "None", LITE),
-    Guard("time-out from the claim (hot)", "atp/engine/postgresql.py",
-          ",\n        deadline = STATEMENT_TIMESTAMP() + ty.timeout", "", HOT),
-    Guard("time-out from the claim (my)", "atp/engine/mysql.py",
-          "(pk, now + types[pk].timeout)", "(pk, None)", MY),
+    Guard("time-out from the claim (hot)", PG,
+          ",\n        deadline = STATEMENT_TIMESTAMP() + ty.timeout", "", HOT, 4),
 ]
 
 
@@ -248,9 +256,9 @@ def copy_project(destination):
 def remove(guard, root):
     path = root / guard.path
     text = path.read_text()
-    if text.count(guard.guarded) != 1:
-        raise SystemExit(f"guard {guard.name!r}: its code is not once in {guard.path}; "
-                         "update tests/guards.py to the code")
+    if text.count(guard.guarded) != guard.count:
+        raise SystemExit(f"guard {guard.name!r}: its code is not {guard.count} times in "
+                         f"{guard.path}; update tests/guards.py to the code")
     path.write_text(text.replace(guard.guarded, guard.unguarded))
 
 

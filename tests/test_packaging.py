@@ -10,7 +10,7 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.slow
-def test_the_wheel_ships_migrations_and_templates_and_nothing_else(tmp_path):
+def test_the_wheel_ships_migrations_templates_and_statements_and_nothing_else(tmp_path):
     # From a clean copy: a build/ folder left by an earlier build would leak old files.
     source = tmp_path / "source"
     shutil.copytree(PROJECT_ROOT, source, ignore=shutil.ignore_patterns(
@@ -32,4 +32,7 @@ def test_the_wheel_ships_migrations_and_templates_and_nothing_else(tmp_path):
     assert sources and templates == sources
     static = {name for name in names if name.startswith("atp/static/atp/")}
     assert static == {"atp/static/atp/atp.css", "atp/static/atp/live.js"}
+    statements = {name for name in names if name.endswith(".sql")}
+    assert statements == {"atp/engine/statements/postgresql.sql",
+                          "atp/engine/statements/sqlite.sql"}
     assert not any(name.startswith(("tests/", "atp_demo/")) for name in names)

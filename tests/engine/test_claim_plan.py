@@ -11,6 +11,7 @@ import re
 
 import pytest
 from django.db import connection
+from django.utils import timezone
 
 import atp
 from atp import engine
@@ -83,7 +84,7 @@ def picked_nodes(plan_json):
 
 def explain_hot_claim(daemon, type_ids):
     with connection.cursor() as cursor:
-        postgresql.execute_claim(cursor, f"EXPLAIN (FORMAT JSON) {postgresql.CLAIM}",
+        postgresql.execute_claim(cursor, f"EXPLAIN (FORMAT JSON) {postgresql.SQL['claim']}",
                               postgresql.claim_parameters(daemon, 8, type_ids))
         plan = cursor.fetchone()[0]
     return plan if isinstance(plan, list) else json.loads(plan)
@@ -154,9 +155,51 @@ def test_the_claim_walks_the_claim_index_on_sqlite(noop_type, statistics):
     assert "TEMP B-TREE" not in plan, plan  # no sort
 
 
+@pytest.mark.parametrize("statistics", ["none", "analyzed while empty"])
+def test_the_sqlite_engines_claims_walk_the_claim_index(noop_type, daemon, statistics):
+    """The SQLite engine's statements take their lists as one JSON parameter: the claim
+    still walks the claim index in claim order (within limits, once for the types without
+    a limit and once per limited type, reading the others by key), and schedules the
+    tasks it took by their keys."""
+    if connection.vendor != "sqlite":
+        pytest.skip("SQLite planner")
+    from atp.engine import sqlite
+
+    if statistics == "analyzed while empty":
+        _analyze_while_empty()
+    limited = atp.register_task_type("tests.limited", "tests.handlers.noop", max_concurrency=3)
+    _enqueue(20_000)
+    atp.enqueue_many("tests.limited", [None] * 1_000)
+    types = json.dumps([noop_type.pk, limited.pk])
+    now = sqlite._stamp(timezone.now())
+    plans = {}
+    with connection.cursor() as cursor:
+        for name, params in [
+            ("waiting", {"now": now, "types": types, "limit": 8}),
+            ("waiting_within_limits", {"now": now, "unlimited": json.dumps([noop_type.pk]),
+                                       "free": json.dumps({limited.pk: 3}), "limit": 8}),
+            ("next_due", {"now": now, "bound": now, "types": types}),
+            ("schedule", {"daemon": daemon.pk, "now": now, "starting": "[1]", "keys": "[1, 2]"}),
+        ]:
+            cursor.execute(f"EXPLAIN QUERY PLAN {sqlite.SQL[name]}", params)
+            plans[name] = [str(row[-1]) for row in cursor.fetchall()]
+    reads = [step for name in ("waiting", "waiting_within_limits", "next_due")
+             for step in plans[name] if re.search(r"\b(SCAN|SEARCH) (atp_task|t)\b", step)]
+    assert reads and all("USING INDEX atp_task_claim_idx" in step or "(instance_id=?)" in step
+                         for step in reads), plans
+    walks = [step for step in plans["waiting_within_limits"] if "atp_task_claim_idx" in step]
+    assert len(walks) == 2, plans
+    assert not any("TEMP B-TREE" in step for step in plans["waiting"]), plans  # no sort
+    assert plans["schedule"][0] == "SEARCH atp_instance USING INTEGER PRIMARY KEY (rowid=?)", plans
+    # And the engine claims in claim order, within the limit.
+    claimed = engine.claim_for_daemon(daemon, 6, [limited.pk, noop_type.pk])
+    assert [task.pk for task in claimed] == sorted(task.pk for task in claimed)
+    assert len(claimed) == 6
+
+
 def kept_plan(sql, params):
     """Return the plan PostgreSQL keeps for ``sql`` as the daemon runs it: prepared on the
-    connection, and planned once, generically, under ``CLAIM_PLAN``."""
+    connection, and planned once, generically, under ``bound_claim_plan``."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT name, parameter_types::text[] FROM pg_prepared_statements "
@@ -165,7 +208,7 @@ def kept_plan(sql, params):
         assert row is not None, "the daemon's statement is not prepared"
         name, types = row
         order = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", sql)))
-        cursor.execute(postgresql.CLAIM_PLAN)
+        cursor.execute(postgresql.SQL["bound_claim_plan"])
         arguments = ", ".join(f"%s::{kind}" for kind in types)
         cursor.execute(f"EXPLAIN (FORMAT JSON) EXECUTE {name}({arguments})",
                        [params[key] for key in order])
@@ -210,9 +253,9 @@ def test_the_plan_kept_for_the_daemons_round_reads_each_row_by_its_key(
     assert (settled, len(claimed)) == (set(), 4)
     params = {**postgresql.settle_parameters(daemon, outcomes),
               **postgresql.claim_parameters(daemon, 4, [noop_type.pk], start=4, inputs=True)}
-    statement = (postgresql.SETTLE_AND_CLAIM_WITHIN_LIMITS if limited
-                 else postgresql.SETTLE_AND_CLAIM)
-    plan = kept_plan(postgresql.with_limit(statement, 4), params)
+    statement = postgresql.SQL[
+        "settle_and_claim_within_limits" if limited else "settle_and_claim"]
+    plan = kept_plan(statement, params)
     nodes = list(_nodes(plan[0]["Plan"]))
     reads = [(node["Relation Name"], node["Node Type"], node.get("Index Name"),
               node.get("Index Cond"))
@@ -237,7 +280,7 @@ def test_the_next_due_time_is_read_by_probes_of_the_claim_index(
         postgres_only, noop_type, statistics):
     _waiting_with(statistics)
     with connection.cursor() as cursor:
-        postgresql.execute_claim(cursor, f"EXPLAIN (FORMAT JSON) {postgresql.NEXT_DUE}",
+        postgresql.execute_claim(cursor, f"EXPLAIN (FORMAT JSON) {postgresql.SQL['next_due']}",
                                  {"types": [noop_type.pk], "within": 1.0})
         plan = cursor.fetchone()[0]
     plan = plan if isinstance(plan, list) else json.loads(plan)

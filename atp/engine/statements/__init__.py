@@ -1,0 +1,43 @@
+"""The SQL of the engines that write their own: one file per engine, each statement named
+and whole, as it runs (``postgresql.sql``, ``sqlite.sql``).
+
+A file is a series of blocks, each opened by a line ``-- name: <name>`` and holding one
+statement that ends with ``;``. Whole-line comments (``--``) say why a statement is as
+it is, next to it; they stay in the file. ``load`` reads a file once and returns its
+statements by name, each as it is written less its comment lines, blank lines and final
+``;``: nothing is added or rewritten when a verb runs. Placeholders are the driver's
+(``%(name)s``, ``%s``), and a ``%`` of SQL itself is written ``%%``.
+"""
+
+import functools
+import re
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+NAME_LINE = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
+
+
+class StatementsFileError(ValueError):
+    """A file of statements is malformed."""
+
+
+@functools.cache
+def load(engine):
+    """Return ``{name: statement}`` of ``<engine>.sql``; raise ``StatementsFileError`` for a
+    block without exactly one statement, or a name given twice."""
+    return parse(HERE.joinpath(f"{engine}.sql").read_text(encoding="utf-8"), f"{engine}.sql")
+
+
+def parse(text, source="<text>"):
+    """Return ``{name: statement}`` of the blocks of ``text`` (see the module)."""
+    parts = NAME_LINE.split(text)
+    found = {}
+    for name, block in zip(parts[1::2], parts[2::2], strict=True):
+        lines = [line.rstrip() for line in block.splitlines()]
+        sql = "\n".join(line for line in lines if line and not line.lstrip().startswith("--"))
+        if not sql.endswith(";") or ";" in sql[:-1]:
+            raise StatementsFileError(f"{source}: {name!r} must hold one statement ending in ';'")
+        if name in found:
+            raise StatementsFileError(f"{source}: {name!r} is named twice")
+        found[name] = sql[:-1]
+    return found

@@ -205,7 +205,11 @@ def test_enqueue_many_of_large_inputs_sends_no_statement_a_server_refuses(
     """MariaDB refuses a statement above its ``max_allowed_packet`` (16 MB by default):
     its engine and the portable one write 18 MB of inputs in several INSERTs, each well
     under that."""
+    from atp.engine.engines import engine
+
     settings.ATP_ENGINE = engine_choice
+    if engine().name in ("postgresql", "sqlite"):
+        pytest.skip("PostgreSQL and SQLite take statements of any such size")
     payload = {"text": "x" * 150_000}
     with CaptureQueriesContext(connection) as queries:
         instances = atp.enqueue_many("tests.noop", [payload] * 120)

@@ -93,7 +93,10 @@ LEASES = f"SELECT type_id, count(*) FROM {TASK} WHERE daemon_id IS NOT NULL AND 
 #: A type's bucket after a claim took tokens from it (``atp.rates``).
 SPEND = f"UPDATE {TYPE} SET tokens = %s, tokens_at = %s WHERE id = %s"
 INSTANCE_COLUMNS = columns(Instance, INSTANCE)
-LOG_ROW = f"{LOG_COLUMNS} VALUES (%s, %s, %s, %s, %s, %s, '')"
+#: A history entry (its actor, last, is empty: a daemon's). Only placeholders between
+#: the parentheses: the driver's ``executemany`` then sends all rows in one INSERT
+#: (a literal there made it send one INSERT per row).
+LOG_ROW = f"{LOG_COLUMNS} VALUES (%s, %s, %s, %s, %s, %s, %s)"
 STORE = (
     f"INSERT INTO {RESPONSE} "
     "(instance_id, data, content_type, charset, size, stored) VALUES (%s, %s, %s, %s, %s, %s) "
@@ -247,10 +250,10 @@ def claim(daemon, limit, type_ids, start=0, inputs=False, *, now=None):
             instance.daemon_id = daemon.pk
             instance.updated = moment
             instance.status = Status.RUNNING if index < len(starting) else Status.SCHEDULED
-            entries.append((instance.pk, now, Status.SCHEDULED, instance.attempt, "", label))
+            entries.append((instance.pk, now, Status.SCHEDULED, instance.attempt, "", label, ""))
             if instance.status == Status.RUNNING:
                 instance.started = moment
-                entries.append((instance.pk, now, Status.RUNNING, instance.attempt, "", label))
+                entries.append((instance.pk, now, Status.RUNNING, instance.attempt, "", label, ""))
         cursor.executemany(LOG_ROW, entries)
         if inputs:
             cursor.execute(f"SELECT {columns(Inputs, INPUTS)} FROM {INPUTS} "
@@ -303,7 +306,7 @@ def start(pk, attempt, daemon):
         cursor.execute(START, [now, now, pk, attempt])
         if cursor.rowcount != 1:
             raise refusal(pk, Status.RUNNING, attempt=attempt)
-        cursor.execute(LOG_ROW, [pk, now, Status.RUNNING, attempt, "", daemon_label(daemon)])
+        cursor.execute(LOG_ROW, [pk, now, Status.RUNNING, attempt, "", daemon_label(daemon), ""])
         cursor.execute(f"SELECT {INSTANCE_COLUMNS} FROM {INSTANCE} WHERE id = %s", [pk])
         instance = build(Instance, cursor.fetchone())
         cursor.execute(f"SELECT {TYPE_COLUMNS} FROM {TYPE} WHERE id = %s", [instance.type_id])
@@ -339,7 +342,7 @@ def finish(pk, attempt, message, daemon, response, content_type):
         if cursor.rowcount != 1:
             raise refusal(pk, Status.FINISHED, attempt=attempt)
         cursor.execute(LOG_ROW, [pk, now, Status.FINISHED, attempt, message,
-                                 daemon_label(daemon)])
+                                 daemon_label(daemon), ""])
         if response is not None:
             cursor.execute(STORE, [pk, data, content_type, charset, len(data), now])
     return attempt
@@ -396,14 +399,14 @@ def settle(daemon, outcomes, *, now=None):
                     and status in AFTER_START):
                 # Its start is dated when it started, never before its claim.
                 began = max(now - datetime.timedelta(seconds=outcome.started_ago), held[pk])
-                entries.append((pk, began, Status.RUNNING, attempt, "", label))
+                entries.append((pk, began, Status.RUNNING, attempt, "", label, ""))
             elif status == Status.RUNNING or current not in ENDS_FROM.get(status, ()):
                 continue
             ended = None if status == Status.RUNNING else now
             writes[pk] = (str(status), began, ended)
             if ended is not None:
                 dequeued.append(pk)
-                entries.append((pk, now, status, attempt, outcome.message, label))
+                entries.append((pk, now, status, attempt, outcome.message, label, ""))
                 if outcome.response is not None:
                     data, content_type, charset = outcome.response
                     stored.append((pk, data, content_type, charset, len(data), now))

@@ -307,6 +307,34 @@ def test_within_limits_settle_and_claim_is_two_statements_on_postgresql(db, daem
     assert len(statements) == 2, statements
 
 
+def test_a_round_on_mariadb_sends_its_rows_in_a_few_statements_however_many(noop_type, daemon):
+    """The history entries (and responses) of a round of the mysql engine go in one
+    INSERT each, however many tasks it ends and claims: counted by the server
+    (``Com_insert``), since the driver's ``executemany`` falls back to one INSERT per
+    row for a statement it cannot batch."""
+    from django.db import connection
+
+    from atp.engine.engines import engine as chosen
+
+    if chosen().name != "mysql":
+        pytest.skip("the mysql engine's")
+
+    def inserts():
+        with connection.cursor() as cursor:
+            cursor.execute("SHOW SESSION STATUS LIKE 'Com_insert'")
+            return int(cursor.fetchone()[1])
+
+    tasks = atp.enqueue_many("tests.noop", [{}] * 30)
+    engine.claim_for_daemon(daemon, 10, [noop_type.pk], start=10)
+    before = inserts()
+    settled, claimed = engine.settle_and_claim(
+        daemon, [Outcome.finished(task.pk, 1, "done") for task in tasks[:10]], 20,
+        [noop_type.pk], start=20)
+    assert len(settled) == 10 and len(claimed) == 20
+    # The ends' entries, their responses, the claim's entries.
+    assert inserts() - before == 3
+
+
 def test_settle_and_claim_for_a_stopped_daemon_claims_nothing(noop_type, daemon):
     from atp.exceptions import DaemonStopped
 

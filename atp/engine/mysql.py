@@ -46,6 +46,7 @@ from atp.engine.sql import (
     build,
     check_start,
     columns,
+    enqueue_one,
     one_of,
     row_values,
     stored_fields,
@@ -557,11 +558,8 @@ def _insert_instances(cursor, connection, identifiers, given):
 
 
 def enqueue(task_type, instance, data, not_before, size, notify):
-    """Write one task (``enqueue_many`` of one); return its key and creation time, or None
-    when ``task_type`` changed since it was read."""
-    rows = enqueue_many(task_type, [instance.identifier], [data], instance.priority, not_before,
-                        notify, tag=instance.tag, named=instance.named)
-    return None if rows is None else rows[0][::2]
+    """Write one task (``enqueue_many`` of one, ``sql.enqueue_one``)."""
+    return enqueue_one(enqueue_many, task_type, instance, data, not_before, notify)
 
 
 class MySQLEngine(StatementsEngine):

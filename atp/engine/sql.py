@@ -129,6 +129,14 @@ def row_values(model, connection, given):
     return row
 
 
+def enqueue_one(enqueue_many, task_type, instance, data, not_before, notify):
+    """Write one task with ``enqueue_many`` (an engine's, of one); return its key and
+    creation time, or None when ``task_type`` changed since it was read."""
+    rows = enqueue_many(task_type, [instance.identifier], [data], instance.priority, not_before,
+                        notify, tag=instance.tag, named=instance.named)
+    return None if rows is None else rows[0][::2]
+
+
 class StatementsEngine(Engine):
     """An engine whose verbs are the functions of a module of hand-written statements
     (``postgresql``, ``sqlite``), each run as one of the engine's transactions. A

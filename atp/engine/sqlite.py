@@ -37,6 +37,7 @@ from atp.engine.sql import (
     StatementsEngine,
     build,
     check_start,
+    enqueue_one,
     stored_fields,
 )
 from atp.engine.transitions import refusal
@@ -357,11 +358,8 @@ def enqueue_many(task_type, identifiers, data, priority, not_before, notify, tag
 
 
 def enqueue(task_type, instance, data, not_before, size, notify):
-    """Write one task (``enqueue_many`` of one); return its key and creation time, or None
-    when ``task_type`` changed since it was read."""
-    rows = enqueue_many(task_type, [instance.identifier], [data], instance.priority, not_before,
-                        notify, tag=instance.tag, named=instance.named)
-    return None if rows is None else rows[0][::2]
+    """Write one task (``enqueue_many`` of one, ``sql.enqueue_one``)."""
+    return enqueue_one(enqueue_many, task_type, instance, data, not_before, notify)
 
 
 class SQLiteEngine(StatementsEngine):

@@ -88,19 +88,18 @@ def test_killed_connections_do_not_stop_the_daemon_or_lose_a_task(postgres_only,
     assert daemon.wait(30) == 0, daemon.output()
 
 
-@pytest.mark.slow
-@pytest.mark.django_db(transaction=True)
-def test_a_database_outage_is_ridden_out_by_running_tasks(postgres_only, start_daemon):
+def ride_out(start_daemon, outage, **settings):
+    """Two tasks run and four wait while ``outage(daemon)`` takes the database away for a
+    few seconds: the running ones go on, the waiting ones run after, none restarted."""
     atp.register_task_type("tests.sleep", "tests.handlers.sleep")
     first = atp.enqueue_many("tests.sleep", [{"seconds": 2.5}] * 2, priority=1)
     queued = atp.enqueue_many("tests.sleep", [{"seconds": 0.1}] * 4)
     # A lease long enough to outlast the outage: running tasks must not be stopped.
     daemon = start_daemon("--workers", 2, ATP_DAEMON_TIMEOUT_SECONDS=15,
-                          ATP_HEARTBEAT_INTERVAL_SECONDS=0.5)
+                          ATP_HEARTBEAT_INTERVAL_SECONDS=0.5, **settings)
     wait_until(lambda: Instance.objects.filter(status=Status.RUNNING).count() == 2,
-               timeout=30, message="two tasks running")
-    with database_refusing_connections(4, [daemon]):
-        pass
+               timeout=30, message="two tasks running", output=daemon.output)
+    outage(daemon)
     wait_until(lambda: finished_count() == 6, timeout=60, message="all tasks finished",
                output=daemon.output)
     for instance in Instance.objects.filter(pk__in=[t.pk for t in [*first, *queued]]):
@@ -109,6 +108,17 @@ def test_a_database_outage_is_ridden_out_by_running_tasks(postgres_only, start_d
     assert "database available again" in daemon.output()
     daemon.signal(signal.SIGTERM)
     assert daemon.wait(30) == 0, daemon.output()
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_database_outage_is_ridden_out_by_running_tasks(postgres_only, start_daemon):
+    """The server refuses new connections to the database and drops the daemon's."""
+    def refuse(daemon):
+        with database_refusing_connections(4, [daemon]):
+            pass
+
+    ride_out(start_daemon, refuse)
 
 
 @pytest.mark.slow
@@ -153,25 +163,12 @@ def link():
 @pytest.mark.django_db(transaction=True)
 def test_a_server_restart_is_ridden_out_by_running_tasks(link, start_daemon):
     """What a daemon sees of its server restarting (MariaDB's, PostgreSQL's): every
-    connection dropped at once and new ones refused for seconds. Running tasks go on,
-    waiting ones run after, none is restarted."""
-    atp.register_task_type("tests.sleep", "tests.handlers.sleep")
-    first = atp.enqueue_many("tests.sleep", [{"seconds": 2.5}] * 2, priority=1)
-    queued = atp.enqueue_many("tests.sleep", [{"seconds": 0.1}] * 4)
-    daemon = start_daemon("--workers", 2, ATP_DAEMON_TIMEOUT_SECONDS=15,
-                          ATP_HEARTBEAT_INTERVAL_SECONDS=0.5, ATP_TEST_DATABASE_URL=link.url)
-    wait_until(lambda: Instance.objects.filter(status=Status.RUNNING).count() == 2,
-               timeout=30, message="two tasks running", output=daemon.output)
-    assert link.connections() > 0, "the daemon connects through the link"
-    link.cut(4)
-    wait_until(lambda: finished_count() == 6, timeout=60, message="all tasks finished",
-               output=daemon.output)
-    for instance in Instance.objects.filter(pk__in=[t.pk for t in [*first, *queued]]):
-        assert (instance.attempt, instance.restarts) == (1, 0)
-    assert "database unavailable" in daemon.output()
-    assert "database available again" in daemon.output()
-    daemon.signal(signal.SIGTERM)
-    assert daemon.wait(30) == 0, daemon.output()
+    connection dropped at once and new ones refused for seconds."""
+    def cut(daemon):
+        assert link.connections() > 0, "the daemon connects through the link"
+        link.cut(4)
+
+    ride_out(start_daemon, cut, ATP_TEST_DATABASE_URL=link.url)
 
 
 @pytest.mark.slow

@@ -139,11 +139,20 @@ def enqueue_one(enqueue_many, task_type, instance, data, not_before, notify):
 
 class StatementsEngine(Engine):
     """An engine whose verbs are the functions of a module of hand-written statements
-    (``postgresql``, ``sqlite``), each run as one of the engine's transactions. A
-    subclass names the module and writes the claims, where the two differ."""
+    (``postgresql``, ``sqlite``, ``mysql``), each run as one of the engine's transactions.
+    A subclass names the module (``statements``); PostgreSQL's writes its claims, which
+    take a second statement within limits."""
 
     #: The module of statements.
     statements = None
+
+    def claim(self, daemon, limit, type_ids, *, start=0, inputs=False, limited=False):
+        return self.transaction(
+            lambda: self.statements.claim(daemon, limit, type_ids, start, inputs))
+
+    def settle_and_claim(self, daemon, outcomes, limit, type_ids, *, start, limited=False):
+        return self.transaction(
+            lambda: self.statements.settle_and_claim(daemon, outcomes, limit, type_ids, start))
 
     def settle(self, daemon, outcomes):
         return self.transaction(lambda: self.statements.settle(daemon, outcomes))

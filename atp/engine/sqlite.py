@@ -370,10 +370,3 @@ class SQLiteEngine(StatementsEngine):
     name = "sqlite"
     one_statement = ONE_STATEMENT
     statements = sys.modules[__name__]
-
-    def claim(self, daemon, limit, type_ids, *, start=0, inputs=False, limited=False):
-        return self.transaction(lambda: claim(daemon, limit, type_ids, start, inputs))
-
-    def settle_and_claim(self, daemon, outcomes, limit, type_ids, *, start, limited=False):
-        return self.transaction(
-            lambda: settle_and_claim(daemon, outcomes, limit, type_ids, start))

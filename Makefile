@@ -23,7 +23,7 @@ ATP_REQUIRE_MYSQL ?= 0
 DJANGO_COMPAT ?= Django>=4.2,<5.0
 
 .PHONY: demo test test-fast browser test-sqlite test-postgres test-postgres-fast test-mysql \
-	test-orm test-compat \
+	test-mysql-fast test-orm test-compat \
 	test-django6 bench \
 	bench-admin soak screenshots \
 	guards chaos lint clean
@@ -129,9 +129,9 @@ DJANGO_NEXT ?= Django>=6.0,<6.2
 # changes (the ORM, the admin, migrations, the Tasks framework) is run on each; the
 # daemons' processes and the databases' own behaviour, which no Django version changes,
 # run once per database in the main stack's `make test`. So: the whole suite on SQLite,
-# the fast tests on PostgreSQL (every test but the `slow` ones: real daemons and
-# processes, large tables), and the orm engine's suite on SQLite.
-STACK_TARGETS ?= test-sqlite test-postgres-fast test-orm
+# the fast tests on PostgreSQL and on MariaDB/MySQL (every test but the `slow` ones: real
+# daemons and processes, large tables), and the orm engine's suite on SQLite.
+STACK_TARGETS ?= test-sqlite test-postgres-fast test-mysql-fast test-orm
 
 test-postgres-fast: $(VENV)/.installed
 	@if $(PY) -c 'import os, psycopg; psycopg.connect(os.environ["ATP_TEST_DATABASE_URL"], connect_timeout=5).close()' 2>/dev/null; then \
@@ -141,6 +141,17 @@ test-postgres-fast: $(VENV)/.installed
 		echo "PostgreSQL is required but $$ATP_TEST_DATABASE_URL does not answer" >&2; exit 1; \
 	else \
 		echo "== PostgreSQL at $$ATP_TEST_DATABASE_URL does not answer: skipped"; \
+	fi
+
+test-mysql-fast: $(VENV)/.installed
+	@if $(call mysql_answers,$(ATP_TEST_MYSQL_URL)) 2>/dev/null; then \
+		$(MAKE) --no-print-directory $(VENV)/.mysql && \
+		echo "== MariaDB/MySQL, the fast tests: $$ATP_TEST_MYSQL_URL" && \
+		ATP_TEST_DATABASE_URL=$$ATP_TEST_MYSQL_URL $(PY) -m pytest -m "not slow" $(PYTEST_ARGS); \
+	elif [ "$(ATP_REQUIRE_MYSQL)" = "1" ]; then \
+		echo "MariaDB/MySQL is required but $$ATP_TEST_MYSQL_URL does not answer" >&2; exit 1; \
+	else \
+		echo "== MariaDB/MySQL at $$ATP_TEST_MYSQL_URL does not answer: skipped"; \
 	fi
 
 # Django 6 and Python 3.12, in a venv of its own (STACK_TARGETS).

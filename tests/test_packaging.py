@@ -33,6 +33,7 @@ def test_the_wheel_ships_migrations_templates_and_statements_and_nothing_else(tm
     static = {name for name in names if name.startswith("atp/static/atp/")}
     assert static == {"atp/static/atp/atp.css", "atp/static/atp/live.js"}
     statements = {name for name in names if name.endswith(".sql")}
-    assert statements == {"atp/engine/statements/postgresql.sql",
+    assert statements == {"atp/engine/statements/mysql.sql",
+                          "atp/engine/statements/postgresql.sql",
                           "atp/engine/statements/sqlite.sql"}
     assert not any(name.startswith(("tests/", "atp_demo/")) for name in names)

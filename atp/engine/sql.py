@@ -1,15 +1,11 @@
-"""What the per-database engines (``postgresql``, ``sqlite``) share to write SQL by hand:
-table and column names, and models built from the rows a statement returns."""
+"""What the engines that write their own SQL (``postgresql``, ``sqlite``, ``mysql``) share:
+the claim order, rows as the database stores them, and models built from the rows a
+statement returns."""
 
 from django.db import connections
 
 from atp.engine.base import database
 from atp.engine.contract import Engine
-from atp.models import Inputs, Instance, LogRecord, Response, Task, Type
-
-TASK, INSTANCE = Task._meta.db_table, Instance._meta.db_table
-TYPE, LOG = Type._meta.db_table, LogRecord._meta.db_table
-INPUTS, RESPONSE = Inputs._meta.db_table, Response._meta.db_table
 
 #: The partial index of waiting queue rows, in claim order (``Task.Meta.indexes``).
 CLAIM_INDEX = "atp_task_claim_idx"
@@ -20,40 +16,6 @@ CLAIM_ORDER = ("-priority", "not_before", "instance_id")
 #: The same as an SQL clause.
 CLAIM_ORDER_SQL = "ORDER BY " + ", ".join(
     f"{name[1:]} DESC" if name.startswith("-") else name for name in CLAIM_ORDER)
-
-#: Selects the task type only while it is as an enqueue read it: same identifier, format
-#: and kind (pull or not), a limit the inputs fit in, no ``max_queued`` (an enqueue
-#: within one counts the queue, the portable form). Otherwise the enqueue writes
-#: nothing and its caller reads the type again (``type_as_read``).
-TYPE_AS_READ = (f"SELECT 1 FROM {TYPE} WHERE id = %s AND identifier = %s AND input_format = %s "
-                "AND COALESCE(max_input_bytes, %s) >= %s AND max_queued IS NULL AND pull = %s")
-#: The same for a task named by its caller: and no ``dedup_window`` (the portable form
-#: checks one).
-NAMED_TYPE_AS_READ = TYPE_AS_READ + " AND dedup_window IS NULL"
-
-
-def type_as_read(task_type, size, named=False):
-    """Return the statement and parameters of ``TYPE_AS_READ`` (``NAMED_TYPE_AS_READ``
-    with ``named``) for ``task_type`` and inputs of ``size`` bytes."""
-    from atp.conf import conf
-
-    return (NAMED_TYPE_AS_READ if named else TYPE_AS_READ,
-            [task_type.pk, task_type.identifier, task_type.input_format, conf.MAX_INPUT_BYTES,
-             size, task_type.pull])
-
-
-#: A history entry a daemon writes: no person made it (actor is empty).
-LOG_COLUMNS = f"INSERT INTO {LOG} (instance_id, time, status, attempt, message, daemon, actor)"
-
-
-def columns(model, alias):
-    """Return ``alias.column, ...`` for every concrete field of ``model``, in field order."""
-    return ", ".join(f"{alias}.{field.column}" for field in model._meta.concrete_fields)
-
-
-def one_of(column, states):
-    """Return ``column IN ('A', ...)`` for task states (constants, never user input)."""
-    return f"{column} IN ({', '.join(repr(str(state)) for state in sorted(states))})"
 
 
 def stored_fields(model):
@@ -108,24 +70,24 @@ _DEFAULTS = {}
 
 
 def row_values(model, connection, given):
-    """Return a row of ``model`` as the database stores it, in the order of its stored
-    fields: ``given`` (attname -> value), else each field's default, as ``Model``
-    would fill it (the defaults are prepared once; building model objects for a
-    template was a tenth of a single enqueue)."""
+    """Return the values of a row of ``model`` by column, as the database stores them:
+    ``given`` (attname -> value), else each field's default, as ``Model`` would fill it
+    (the defaults are prepared once; building model objects for a template was a tenth
+    of a single enqueue)."""
     key = (model, connection.alias)
     if key not in _DEFAULTS:
         _DEFAULTS[key] = [
             (field, None if callable(field.default) else field.get_db_prep_save(
                 field.get_default(), connection))
             for field in stored_fields(model)]
-    row = []
+    row = {}
     for field, default in _DEFAULTS[key]:
         if field.attname in given:
-            row.append(field.get_db_prep_save(given[field.attname], connection))
+            row[field.column] = field.get_db_prep_save(given[field.attname], connection)
         elif default is None and callable(field.default):
-            row.append(field.get_db_prep_save(field.get_default(), connection))
+            row[field.column] = field.get_db_prep_save(field.get_default(), connection)
         else:
-            row.append(default)
+            row[field.column] = default
     return row
 
 

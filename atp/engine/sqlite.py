@@ -38,7 +38,7 @@ from atp.engine.sql import (
     build,
     check_start,
     enqueue_one,
-    stored_fields,
+    row_values,
 )
 from atp.engine.transitions import refusal
 from atp.exceptions import DaemonStopped
@@ -284,31 +284,6 @@ def settle_and_claim(daemon, outcomes, limit, type_ids, start):
     return settle(daemon, outcomes), claim(daemon, limit, type_ids, start, inputs=True)
 
 
-#: Per model: its stored fields, and the default of each as stored (None: called anew).
-_defaults = {}
-
-
-def _row(model, connection, given):
-    """Return the values of a row of ``model`` by column, as the database stores them:
-    ``given`` (attname -> value), else each field's default, as ``Model`` would fill it
-    (the defaults are prepared once; building model objects for a template was a tenth
-    of a single enqueue)."""
-    if model not in _defaults:
-        _defaults[model] = [
-            (field, None if callable(field.default) else field.get_db_prep_save(
-                field.get_default(), connection))
-            for field in stored_fields(model)]
-    row = {}
-    for field, default in _defaults[model]:
-        if field.attname in given:
-            row[field.column] = field.get_db_prep_save(given[field.attname], connection)
-        elif default is None and callable(field.default):
-            row[field.column] = field.get_db_prep_save(field.get_default(), connection)
-        else:
-            row[field.column] = default
-    return row
-
-
 #: How many bytes of inputs one statement of a bulk enqueue carries at most: SQLite takes
 #: no parameter over 1,000,000,000 bytes, and inputs written in a JSON array grow by their
 #: escapes (up to 6 times, for control characters).
@@ -335,10 +310,10 @@ def enqueue_many(task_type, identifiers, data, priority, not_before, notify, tag
             "size": size, "pull": task_type.pull, "named": named})
         if cursor.fetchone() is None:
             return None
-        instance = _row(Instance, connection, {
+        instance = row_values(Instance, connection, {
             "type_id": task_type.pk, "priority": priority, "created": moment,
             "updated": moment, "named": named, "batch_id": current_batch_id(), "tag": tag})
-        task = _row(Task, connection, {"type_id": task_type.pk, "priority": priority, "tag": tag,
+        task = row_values(Task, connection, {"type_id": task_type.pk, "priority": priority, "tag": tag,
                                        "enqueued": moment, "not_before": start})
         keys = []
         for begin in range(0, len(identifiers), per_statement):

@@ -199,6 +199,42 @@ def test_enqueue_many_writes_one_statement_per_table(noop_type):
     assert LogRecord.objects.filter(status=Status.ACCEPTED).count() == 2 + 3 + 30 + 4000
 
 
+#: Inputs whose text a statement must carry as it is: quotes, backslashes, control
+#: characters, text that reads as JSON, letters beyond ASCII and beyond 16 bits.
+AWKWARD = ["", "'\"", "a\\b\\", "\x01\n\t\x7f", "null", "[1, 2]", '{"k": "v"}', "café",
+           "\u2028\u00a0", "\U0001f600 \U00020000"]
+
+
+def test_enqueue_many_stores_every_character_as_given(noop_type):
+    """The engines carry a batch's identifiers and inputs in one parameter (a JSON
+    array, on SQLite and MariaDB/MySQL): what it reads back is what was given."""
+    inputs = [{"text": text, "n": n} for n, text in enumerate(AWKWARD)]
+    enqueued = atp.enqueue_many("tests.noop", inputs)
+    assert [Instance.objects.get(pk=task.pk).load_inputs() for task in enqueued] == inputs
+    assert [Task.objects.get(pk=task.pk).identifier for task in enqueued] == [
+        task.identifier for task in enqueued]
+
+
+def test_without_returning_each_instance_is_written_with_its_own_key(noop_type, monkeypatch):
+    """MySQL has no ``RETURNING``, and under ``innodb_autoinc_lock_mode = 2`` (its
+    default) the keys of one INSERT of many rows need not be consecutive: the mysql
+    engine then writes the instances one statement each, the key of each read from the
+    driver, and the rest of the batch as on MariaDB (run here, on MariaDB, as MySQL)."""
+    if engine_of_the_database().name != "mysql":
+        pytest.skip("the mysql engine's")
+    monkeypatch.setattr(type(connection.features), "can_return_rows_from_bulk_insert", False)
+    atp.enqueue("tests.noop")  # another task's key in between
+    with CaptureQueriesContext(connection) as queries:
+        enqueued = atp.enqueue_many("tests.noop", [{"n": n} for n in range(5)])
+    assert sum("RETURNING" in query["sql"] for query in queries) == 0
+    assert sum(query["sql"].startswith("INSERT INTO atp_instance") for query in queries) == 5
+    for n, task in enumerate(enqueued):
+        stored = Instance.objects.get(pk=task.pk)
+        assert (stored.identifier, stored.load_inputs()) == (task.identifier, {"n": n})
+        assert Task.objects.get(pk=task.pk).identifier == task.identifier
+        assert LogRecord.objects.filter(instance=stored, status=Status.ACCEPTED).count() == 1
+
+
 @pytest.mark.parametrize("engine_choice", ["auto", "orm"])
 def test_enqueue_many_of_large_inputs_sends_no_statement_a_server_refuses(
         noop_type, settings, engine_choice):

@@ -1,7 +1,8 @@
 """The engines' SQL, read whole: every statement an engine runs is named in its file
 (``atp/engine/statements/<engine>.sql``), and runs as written there.
 
-Each statement is rendered by the database (prepared on PostgreSQL, compiled on SQLite),
+Each statement is rendered by the database (prepared on PostgreSQL, compiled on SQLite,
+explained on MariaDB/MySQL),
 names atp's tables and columns as the models do, guards its transitions as
 ``atp.states`` allows, and repeats another's steps word for word where it repeats them.
 """
@@ -21,7 +22,7 @@ from atp.engine.sql import CLAIM_ORDER_SQL, stored_fields
 from atp.models import Inputs, Instance, Task, Type
 from atp.states import Status, sources_of
 
-ENGINES = ["postgresql", "sqlite"]
+ENGINES = ["postgresql", "sqlite", "mysql"]
 ATP = Path(__file__).resolve().parents[2] / "atp"
 
 #: The statements of each engine that return rows of models: the facts a claim returns
@@ -36,6 +37,11 @@ MODEL_ROWS = {
     },
     "sqlite": {
         "claimable_types": ([], [Type]), "schedule": ([], [Instance]), "start": ([], [Instance]),
+        "type_of": ([], [Type]), "inputs_of": ([], [Inputs]), "inputs_of_claimed": ([], [Inputs]),
+    },
+    "mysql": {
+        "claimable_types": ([], [Type]), "lock_limited": ([], [Type]),
+        "lock_instances": ([], [Instance]), "instance_of": ([], [Instance]),
         "type_of": ([], [Type]), "inputs_of": ([], [Inputs]), "inputs_of_claimed": ([], [Inputs]),
     },
 }
@@ -55,6 +61,9 @@ GUARDED = {
         "schedule": CLAIM_GUARDS, "finish": {Status.FINISHED},
         "end_finished": {Status.FINISHED}, "end_failed": {Status.FAILED},
     },
+    # The claim's and the settle's guards are decided in Python, on the rows they lock
+    # (atp.engine.mysql: CLAIMABLE, ENDS_FROM).
+    "mysql": {"finish": {Status.FINISHED}},
 }
 
 #: Statements that repeat the steps of another: each has every common table expression
@@ -68,6 +77,7 @@ REPEATS = {
         ("settle", "settle_and_claim_within_limits", set()),
     ],
     "sqlite": [],
+    "mysql": [],
 }
 
 GUARD_LIST = re.compile(r"(?<![\w.])(?:i\.)?status IN \(([^)]*)\)")
@@ -207,5 +217,35 @@ def test_every_sqlite_statement_is_compiled_by_the_library_and_returns_model_row
             if name in MODEL_ROWS["sqlite"]:  # its lists given as NULL: it writes nothing
                 cursor.execute(sql, params)
                 facts, models = MODEL_ROWS["sqlite"][name]
+                assert [column[0] for column in cursor.description] == facts + [
+                    column for model in models for column in columns_of(model)], name
+
+
+def test_every_mysql_statement_is_explained_by_the_server_and_returns_model_rows(db):
+    """And each list of keys is found by its primary key, the claim's walk is the claim
+    index in its order: the plans the engine's speed rests on (JSON_TABLE first, then
+    each row by its key: a plan that scanned a table instead is a claim that waits on
+    every other claim's locks)."""
+    if connection.vendor != "mysql":
+        pytest.skip("MariaDB/MySQL's statements")
+    with connection.cursor() as cursor:
+        for name, sql in statements.load("mysql").items():
+            named = re.findall(r"%\((\w+)\)s", sql)
+            assert not (named and re.search(r"%s", sql)), f"{name}: one style of placeholder"
+            params = dict.fromkeys(named) if named else [None] * sql.count("%s")
+            if "limit" in named:
+                params["limit"] = 1
+            cursor.execute(f"EXPLAIN {sql}", params)
+            plan = {row[2]: row for row in cursor.fetchall()}  # by table
+            if "JSON_TABLE" in sql:
+                joined = [table for table in plan if table != "j"]
+                for table in joined:
+                    assert plan[table][3] == "eq_ref" and plan[table][5] == "PRIMARY", (name, plan)
+            if name == "waiting":
+                (row,) = plan.values()
+                assert row[5] == "atp_task_claim_idx" and "filesort" not in (row[9] or ""), plan
+            if name in MODEL_ROWS["mysql"]:  # its lists given as NULL: it reads nothing
+                cursor.execute(sql, params)
+                facts, models = MODEL_ROWS["mysql"][name]
                 assert [column[0] for column in cursor.description] == facts + [
                     column for model in models for column in columns_of(model)], name

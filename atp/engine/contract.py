@@ -2,8 +2,8 @@
 
 An engine writes the verbs every task goes through, for one database: claiming
 (within the types' concurrency limits and rates), starting, settling and finishing
-attempts, enqueueing one task and many, and telling an idle daemon when the next
-waiting task is due. The queue's verbs (``atp.engine.claim``, ``lifecycle``,
+attempts, enqueueing one task and many, leasing to pull consumers, purging ended tasks,
+and telling an idle daemon when the next waiting task is due. The queue's verbs (``atp.engine.claim``, ``lifecycle``,
 ``enqueue``) call ``engine()`` (``atp.engine.engines``) and the contract, never a
 database's module: which engine serves is decided once, there.
 
@@ -105,6 +105,14 @@ class Engine(abc.ABC):
         named ``consumer`` for ``lease`` (a timedelta), those tagged ``tag`` or, with
         ``group_by_tag``, those sharing the first one's tag; return them RUNNING in claim
         order, with their type, inputs and holder (``atp.engine.pull.lease_tasks``)."""
+
+    @abc.abstractmethod
+    def purge(self, type_id, age, limit):
+        """Delete up to ``limit`` ended tasks of type ``type_id`` that ended more than
+        ``age`` (a timedelta) ago, oldest first, each with all it holds (a tombstone
+        kept for a name its type's ``dedup_window`` still holds), skipping those another
+        transaction holds and those still on the queue; return their keys
+        (``atp.engine.maintenance.purge_in_transaction``)."""
 
     @abc.abstractmethod
     def next_due(self, type_ids, within):

@@ -244,10 +244,17 @@ def _clean_age(older_than):
     return older_than
 
 
-@queue_write
 def _purge_batch(type_id, age, batch_size):
-    # The oldest first, each locked as it is found (SKIP LOCKED): daemons purging at
-    # once take different tasks.
+    """Purge one batch of a type's ended tasks, through its engine; return how many went."""
+    from atp.engine.engines import engine
+
+    return len(engine().purge(type_id, age, batch_size))
+
+
+def purge_in_transaction(type_id, age, limit):
+    """The portable form of the engines' ``purge`` (``atp.engine.contract``): the oldest
+    first, each locked as it is found (SKIP LOCKED, where the database has it), so that
+    daemons purging at once take different tasks. Run it in a transaction."""
     expired = Instance.objects.filter(
         type_id=type_id, finished__lt=Now() - Value(age)).order_by("finished")
-    return len(_delete_locked(expired, limit=batch_size))
+    return _delete_locked(expired, limit=limit)

@@ -80,6 +80,11 @@ class OrmEngine(Engine):
         return self.transaction(lambda: lease_in_transaction(
             type_id, limit, lease, tag, group_by_tag, consumer))
 
+    def purge(self, type_id, age, limit):
+        from atp.engine.maintenance import purge_in_transaction
+
+        return self.transaction(lambda: purge_in_transaction(type_id, age, limit))
+
     def next_due(self, type_ids, within):
         bound = Now() + datetime.timedelta(seconds=within)
         first = (Task.objects.filter(daemon__isnull=True, paused_since__isnull=True,

@@ -145,3 +145,10 @@ class StatementsEngine(Engine):
 
         return self.transaction(lambda: lease_in_transaction(
             type_id, limit, lease, tag, group_by_tag, consumer), one_statement=False)
+
+    def purge(self, type_id, age, limit):
+        # Purges are portable too: a daemon's upkeep, a batch at a time, off the hot path.
+        from atp.engine.maintenance import purge_in_transaction
+
+        return self.transaction(lambda: purge_in_transaction(type_id, age, limit),
+                                one_statement=False)

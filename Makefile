@@ -47,7 +47,8 @@ test-fast: $(VENV)/.installed
 
 # The queue verbs' behaviour suite once more on the portable engine (ATP_ENGINE = "orm"),
 # which serves databases without an engine of their own: here on SQLite, and after the
-# database's own engine in test-postgres and test-mysql.
+# database's own engine in test-postgres and test-mysql. CI (.ci/run) gives
+# ORM_TESTS=tests: the whole suite on three databases, each with two engines.
 ORM_TESTS ?= tests/engine tests/daemon/test_execution.py tests/test_api.py
 test-orm: $(VENV)/.installed
 	env -u ATP_TEST_DATABASE_URL ATP_TEST_ENGINE=orm $(PY) -m pytest $(PYTEST_ARGS) $(ORM_TESTS)

@@ -1,16 +1,17 @@
-"""What machines read: the Prometheus figures.
+"""What machines read: the Prometheus figures and the health probe.
 
-They never send anyone to a login page. The metrics answer a staff member with
+Neither sends anyone to a login page. The metrics answer a staff member with
 ``atp.view_instance`` (a browser) or a scraper with ``ATP_METRICS_TOKEN`` as a bearer
 token, and refuse anyone else with no figure (401, or 403 for a user without the
-permission).
+permission). The health probe answers everyone: a load balancer has no login.
 """
 
-from django.http import HttpResponse
+from django.http import HttpResponse, JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
 
 from atp.conf import conf
+from atp.health import check_health
 from atp.views.access import VIEW, bearer_token, is_staff_with, token_matches
 
 try:  # Django 5.1+: exempt from LoginRequiredMiddleware, which would redirect machines
@@ -60,3 +61,11 @@ def metrics(request):
     body, content_type = exposition(request.headers.get("Accept"))
     return HttpResponse(body, content_type=content_type)
 
+
+@login_not_required
+@require_safe
+@never_cache
+def health(request):
+    """Answer 200 when the queue can make progress, 503 naming what is wrong; JSON either way."""
+    report = check_health()
+    return JsonResponse(report.as_json(), status=200 if report.is_healthy else 503)

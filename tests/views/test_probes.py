@@ -1,3 +1,4 @@
+import django
 import pytest
 from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
@@ -76,6 +77,26 @@ def test_the_metrics_are_read_not_written(log_in, token):
     client = log_in("superuser")
     assert client.post("/atp/metrics", headers={"Authorization": f"Bearer {token}"}).status_code == 405
     assert client.head("/atp/metrics", headers={"Authorization": f"Bearer {token}"}).status_code == 200
+
+
+@pytest.mark.skipif(django.VERSION < (5, 1), reason="LoginRequiredMiddleware came in Django 5.1")
+def test_a_site_that_requires_logins_still_lets_machines_reach_the_probes(client, settings, token):
+    settings.MIDDLEWARE = [*settings.MIDDLEWARE, "django.contrib.auth.middleware.LoginRequiredMiddleware"]
+    assert client.get("/atp/health").status_code == 200
+    assert client.get("/atp/metrics", headers={"Authorization": f"Bearer {token}"}).status_code == 200
+    assert client.get("/atp/").status_code == 302
+
+
+def test_the_health_probe_answers_anyone_in_json(client, noop_type):
+    healthy = client.get("/atp/health")
+    assert (healthy.status_code, healthy["Content-Type"]) == (200, "application/json")
+    assert healthy.json()["status"] == "ok"
+    assert healthy["Cache-Control"].startswith("max-age=0")
+    atp.enqueue("tests.noop")
+    unhealthy = client.get("/atp/health")
+    assert unhealthy.status_code == 503
+    assert unhealthy.json()["unserved_types"] == {"tests.noop": 1}
+    assert client.post("/atp/health").status_code == 405
 
 
 def test_without_prometheus_client_the_metrics_say_what_to_install(log_in, monkeypatch):

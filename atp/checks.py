@@ -25,10 +25,15 @@ atp.E017  ATP_MAX_QUEUED_TOTAL is neither a positive integer nor None.
 atp.E022  ATP_SCHEDULE_GRACE_SECONDS is not a number of seconds, 0 or more.
 atp.E023  ATP_UNSEALED_BATCH_SECONDS is not a number of seconds, 0 or more.
 atp.E024  ATP_UNSEALED_BATCH_SECONDS does not exceed two heartbeat intervals.
+atp.E025  ATP_METRICS_TOKEN is neither None nor a token of 16 characters or more.
+atp.E026  ATP_METRICS_WINDOW_SECONDS is not a number of seconds more than 0.
 atp.W001  An SQLite database runs the project's transactions deferred (Django 5.1+).
+atp.W002  ATP_METRICS_TOKEN is set but prometheus-client is not installed.
 """
 
+import importlib.util
 import math
+import re
 from dataclasses import dataclass
 
 import django
@@ -126,6 +131,27 @@ class Count:
         return isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_COUNT
 
 
+@dataclass(frozen=True)
+class Token:
+    """A secret for an HTTP ``Authorization: Bearer`` header (RFC 6750's token characters),
+    long enough not to be guessed, or None; never shown in a message."""
+
+    id: str
+    MIN_LENGTH = 16
+    PATTERN = re.compile(r"[A-Za-z0-9._~+/-]+=*")
+    requirement = (f"None or a string of {MIN_LENGTH} characters or more, of letters, digits "
+                   "and -._~+/ (such as secrets.token_urlsafe(32))")
+
+    def accepts(self, value):
+        return value is None or (isinstance(value, str) and len(value) >= self.MIN_LENGTH
+                                 and self.PATTERN.fullmatch(value) is not None)
+
+    def describe(self, value):
+        if isinstance(value, str):
+            return f"a string of {len(value)} characters (not shown)"
+        return f"a {type(value).__name__}"
+
+
 #: The rule of each ATP_* setting, in atp/conf.py's order (tests/test_checks.py holds
 #: every setting to have one).
 SETTINGS = {
@@ -149,6 +175,8 @@ SETTINGS = {
     "MAX_QUEUED_TOTAL": Count("atp.E017", none_allowed=True),
     "SCHEDULE_GRACE_SECONDS": Seconds("atp.E022", zero_allowed=True),
     "UNSEALED_BATCH_SECONDS": Seconds("atp.E023"),
+    "METRICS_TOKEN": Token("atp.E025"),
+    "METRICS_WINDOW_SECONDS": Seconds("atp.E026"),
 }
 
 
@@ -211,8 +239,8 @@ def check_settings(app_configs=None, **kwargs):
     for name, rule in SETTINGS.items():
         value = getattr(conf, name)
         if not rule.accepts(value):
-            errors.append(Error(
-                f"ATP_{name} must be {rule.requirement}, not {_shown(value)}.", id=rule.id))
+            shown = getattr(rule, "describe", _shown)(value)
+            errors.append(Error(f"ATP_{name} must be {rule.requirement}, not {shown}.", id=rule.id))
     for relation in RELATIONS:
         if all(is_valid(name) for name in relation.names):
             problem = relation.problem(*(getattr(conf, name) for name in relation.names))
@@ -251,6 +279,18 @@ def check_sqlite_transaction_mode(app_configs=None, **kwargs):
             id="atp.W001",
         ))
     return warnings
+
+
+@register(Tags.compatibility)
+def check_metrics_dependency(app_configs=None, **kwargs):
+    """Warn of a metrics token set where the metrics page cannot serve (no prometheus-client)."""
+    if conf.METRICS_TOKEN is None or importlib.util.find_spec("prometheus_client") is not None:
+        return []
+    return [Warning(
+        "ATP_METRICS_TOKEN is set, but prometheus-client is not installed: atp's metrics "
+        "page answers 501.",
+        hint="pip install django-atp[metrics]", id="atp.W002",
+    )]
 
 
 @register(Tags.admin)

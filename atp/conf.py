@@ -119,5 +119,16 @@ class AtpSettings:
         can complete."""
         return getattr(settings, "ATP_UNSEALED_BATCH_SECONDS", 3600.0)
 
+    @property
+    def METRICS_TOKEN(self):
+        """A bearer token that lets a scraper read ``atp.urls``' ``metrics`` without logging
+        in (None: only staff with ``atp.view_instance`` may)."""
+        return getattr(settings, "ATP_METRICS_TOKEN", None)
+
+    @property
+    def METRICS_WINDOW_SECONDS(self):
+        """How far back the metrics count ended tasks and measure their run and wait times."""
+        return getattr(settings, "ATP_METRICS_WINDOW_SECONDS", 300.0)
+
 
 conf = AtpSettings()

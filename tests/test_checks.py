@@ -69,6 +69,8 @@ KINDS = {
     "MAX_QUEUED_TOTAL": ("count or None", "atp.E017"),
     "SCHEDULE_GRACE_SECONDS": ("seconds or 0", "atp.E022"),
     "UNSEALED_BATCH_SECONDS": ("seconds", "atp.E023"),
+    "METRICS_TOKEN": ("token", "atp.E025"),
+    "METRICS_WINDOW_SECONDS": ("seconds", "atp.E026"),
 }
 
 #: What no number setting takes: not finite, negative, text, a bool (an int to Python!).
@@ -82,6 +84,8 @@ BAD = {
     "engine": ["fast", "AUTO", None, 1, True, ["auto"]],
     "module names": ["tests.handlers", b"tests.handlers", [42], ["tests handlers"], [""],
                      ["tests..handlers"], ("tests.handlers", None), None, True],
+    "token": ["", "too-short-token", "a token with spaces in it", "t\u00f6ken-t\u00f6ken-t\u00f6ken",
+              "x" * 20 + "\n", b"0123456789abcdef0123", 12345678901234567890, True],
 }
 GOOD = {
     "seconds": [0.001, 7, 12.5],
@@ -91,7 +95,10 @@ GOOD = {
     "flag": [True, False],
     "engine": ["auto", "orm"],
     "module names": [[], ["tests.handlers"], ("tests.handlers", "tests.djangotasks")],
+    "token": [None, "0123456789abcdef", "Zm9vYmFyYmF6cXV4cXV1eA==", "a-b_c.d~e+f/g0123"],
 }
+#: Kinds of settings that hold a secret: their errors never show the value.
+SECRET_KINDS = {"token"}
 
 
 def cases(values_of_kind):
@@ -110,7 +117,10 @@ def test_each_bad_value_of_each_setting_has_its_error(name, value, expected_id):
         errors = check_settings()
     assert ids(errors) == [expected_id]
     assert errors[0].msg.startswith(f"ATP_{name} must be ")
-    assert errors[0].msg.endswith(f", not {value!r}.")
+    if KINDS[name][0] in SECRET_KINDS:
+        assert repr(value) not in errors[0].msg
+    else:
+        assert errors[0].msg.endswith(f", not {value!r}.")
 
 
 @pytest.mark.parametrize("name, value, expected_id", cases(GOOD))
@@ -253,3 +263,16 @@ def test_a_declared_handler_outside_allowed_modules_is_reported(monkeypatch):
     errors = check_declared_handlers()
     assert ids(errors) == ["atp.E006"]
     assert "'tests.rogue'" in errors[0].msg
+
+
+def test_a_metrics_token_without_prometheus_client_is_warned_of(monkeypatch, settings):
+    # The package is installed here (the dev extra): its absence is what find_spec says.
+    import importlib.util
+
+    assert atp_checks.check_metrics_dependency() == []
+    settings.ATP_METRICS_TOKEN = "0123456789abcdef0123"
+    assert atp_checks.check_metrics_dependency() == []
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "prometheus_client" else real(name, *a))
+    assert ids(atp_checks.check_metrics_dependency()) == ["atp.W002"]

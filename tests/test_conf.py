@@ -17,8 +17,8 @@ def test_every_setting_is_documented_in_the_same_order():
     assert documented == declared()
 
 
-#: Settings whose default is None: no limit.
-UNLIMITED_BY_DEFAULT = {"MAX_QUEUED_TOTAL"}
+#: Settings whose default is None: no limit, no token.
+UNLIMITED_BY_DEFAULT = {"MAX_QUEUED_TOTAL", "METRICS_TOKEN"}
 
 
 def test_every_setting_has_a_docstring_and_a_default():

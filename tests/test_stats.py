@@ -48,3 +48,36 @@ def test_a_pull_consumer_is_not_a_live_daemon(noop_type):
     atp.lease_tasks("tests.pull", 1, 60, consumer="gpu-7")
     daemon = engine.register_daemon()
     assert [d.pk for d in stats.live_daemons()] == [daemon.pk]
+
+
+def test_waiting_by_type_splits_the_queue_by_type(noop_type, daemon):
+    atp.register_task_type("tests.echo", "tests.handlers.echo")
+    atp.enqueue_many("tests.noop", [{}] * 2)
+    atp.enqueue("tests.echo", countdown=300)
+    TaskFactory(type=noop_type, status=Status.RUNNING, daemon=daemon)  # claimed: not waiting
+    by_type = stats.waiting_by_type()
+    echo = atp.get_type("tests.echo")
+    assert (by_type[noop_type.pk].runnable, by_type[noop_type.pk].delayed) == (2, 0)
+    assert (by_type[echo.pk].runnable, by_type[echo.pk].delayed, by_type[echo.pk].oldest_since) == (0, 1, None)
+    total = stats.waiting()
+    assert (total.runnable, total.delayed) == (2, 1)
+
+
+def test_ended_spans_read_only_the_window(noop_type, daemon):
+    recent = TaskFactory(type=noop_type, status=Status.FINISHED, daemon=daemon)
+    old = TaskFactory(type=noop_type, status=Status.FINISHED, daemon=daemon)
+    Instance.objects.filter(pk=old.pk).update(finished=F("finished") - datetime.timedelta(minutes=10))
+    Instance.objects.filter(pk=recent.pk).update(started=F("finished") - datetime.timedelta(seconds=7))
+    ended = stats.ended_spans(datetime.timedelta(minutes=5))[noop_type.pk]
+    assert ended.counts == {Status.FINISHED: 1}
+    assert ended.run.count == 1 and ended.run.sum_seconds == pytest.approx(7)
+    five, ten = (stats.BUCKET_BOUNDS_SECONDS.index(bound) for bound in (5, 10))
+    assert (ended.run.buckets[five], ended.run.buckets[ten]) == (0, 1)
+
+
+def test_live_daemon_totals_count_daemons_and_their_workers(db):
+    from atp import engine
+
+    engine.register_daemon(workers=3)
+    engine.register_daemon(workers=2)
+    assert stats.live_daemon_totals() == stats.DaemonTotals(daemons=2, workers=5)

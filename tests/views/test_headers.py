@@ -57,6 +57,7 @@ def pages(noop_type):
         "task_status": {"pk": task.pk}, "task_response": {"pk": task.pk},
         "task_action": {"pk": task.pk, "verb": "pause"},
         "type_action": {"pk": noop_type.pk, "verb": "pause"},
+        "metrics": {}, "health": {},
     }
     names = {pattern.name for pattern in urlpatterns if isinstance(pattern, URLPattern)}
     assert names == set(arguments), "a new page of atp.urls must be fuzzed here too"

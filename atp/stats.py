@@ -60,6 +60,15 @@ def waiting():
     return Waiting(figures["runnable"], figures["delayed"], figures["oldest"])
 
 
+def delayed_counts():
+    """Return ``{type_id: count}`` of the unclaimed tasks that may not start yet."""
+    rows = (
+        Task.objects.filter(daemon__isnull=True, not_before__gt=Now())
+        .values_list("type_id").annotate(count=Count("pk")).order_by()
+    )
+    return dict(rows)
+
+
 def _is_live(prefix=""):
     """Return the condition of a daemon heard from within ``ATP_DAEMON_TIMEOUT_SECONDS``."""
     timeout = datetime.timedelta(seconds=conf.DAEMON_TIMEOUT_SECONDS)
@@ -71,6 +80,17 @@ def live_daemons():
     return list(
         Daemon.objects.filter(_is_live(), consumer__isnull=True).annotate(running=Count("leases", distinct=True))
         .order_by("host", "pid")
+    )
+
+
+def daemons_gone_with_leases():
+    """Return the daemons (not pull consumers, whose leases end at their deadline) that
+    stopped, or were not heard from within ``ATP_DAEMON_TIMEOUT_SECONDS``, and still hold
+    leases, with ``held``: how many. Their tasks stay where they are until a live daemon
+    reaps the silent ones; nothing releases the leases of a stopped one."""
+    return list(
+        Daemon.objects.filter(consumer__isnull=True).exclude(_is_live())
+        .annotate(held=Count("leases")).filter(held__gt=0).order_by("pk")
     )
 
 

@@ -48,3 +48,28 @@ def test_a_pull_consumer_is_not_a_live_daemon(noop_type):
     atp.lease_tasks("tests.pull", 1, 60, consumer="gpu-7")
     daemon = engine.register_daemon()
     assert [d.pk for d in stats.live_daemons()] == [daemon.pk]
+
+
+def test_delayed_counts_count_the_unclaimed_tasks_not_due_yet(noop_type):
+    atp.enqueue("tests.noop")
+    atp.enqueue("tests.noop", countdown=300)
+    atp.enqueue("tests.noop", countdown=600)
+    assert stats.delayed_counts() == {noop_type.pk: 2}
+
+
+def test_daemons_gone_with_leases_are_the_silent_or_stopped_ones_that_hold_tasks(noop_type, settings):
+    from django.db.models.functions import Now
+
+    from atp import engine
+    from atp.models import Daemon
+
+    settings.ATP_DAEMON_TIMEOUT_SECONDS = 60
+    holding, idle, stopped = (engine.register_daemon() for _ in range(3))
+    TaskFactory(type=noop_type, status=Status.RUNNING, daemon=holding)
+    TaskFactory(type=noop_type, status=Status.RUNNING, daemon=stopped)
+    assert stats.daemons_gone_with_leases() == []
+    an_hour_ago = Now() - datetime.timedelta(hours=1)
+    Daemon.objects.filter(pk__in=[holding.pk, idle.pk]).update(heartbeat=an_hour_ago)
+    Daemon.objects.filter(pk=stopped.pk).update(stopped=Now())  # as a bug would leave it
+    assert [(d.pk, d.held) for d in stats.daemons_gone_with_leases()] == [
+        (holding.pk, 1), (stopped.pk, 1)]

@@ -336,7 +336,8 @@ def test_exit_codes_standard_error_and_json_of_a_real_process(noop_type):
     assert Instance.objects.count() == 1
 
     for subcommand in ("status", "types", "doctor"):
-        done = run_atp(subcommand, "--json")
+        # Django's own options are taken after the subcommand too, as by other commands.
+        done = run_atp(subcommand, "--json", "--settings=tests.settings", "-v", "2")
         assert done.returncode == 0, done.stderr
         assert isinstance(json.loads(done.stdout), dict)
 

@@ -1,6 +1,7 @@
 """``manage.py atp``: the operator's command line (status, types, enqueue, reenqueue,
 cancel, retry, purge, doctor). Options only: the work is in ``atp.cli``."""
 
+import argparse
 import json
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -29,6 +30,17 @@ class Command(BaseCommand):
         common = CommandParser(add_help=False)
         common.add_argument("--json", action="store_true",
                             help="Print one JSON document (stable keys) instead of text.")
+        # Django's own options, taken after the subcommand too (manage.py atp status
+        # --settings=...), as every other command takes them anywhere. SUPPRESS keeps
+        # the subcommand from resetting what was given before it.
+        for flags, extra in (
+            (["-v", "--verbosity"], {"type": int, "choices": [0, 1, 2, 3]}),
+            (["--settings"], {}), (["--pythonpath"], {}),
+            (["--traceback"], {"action": "store_true"}),
+            (["--no-color"], {"action": "store_true"}),
+            (["--force-color"], {"action": "store_true"}),
+        ):
+            common.add_argument(*flags, default=argparse.SUPPRESS, help=argparse.SUPPRESS, **extra)
         subcommands = parser.add_subparsers(dest="subcommand", metavar="SUBCOMMAND",
                                             required=True, parser_class=SubcommandParser)
 

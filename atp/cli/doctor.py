@@ -27,8 +27,10 @@ from atp.presentation import format_duration
 #: A host clock this far from the database's, beyond what the reading itself can tell,
 #: is worth setting right: an ``eta`` given from this host is off by as much.
 CLOCK_SKEW_TOLERANCE_SECONDS = 1.0
-#: Tasks named in one finding; the document counts them all.
+#: Tasks named in one finding's message; its ``tasks`` list them all...
 TASKS_NAMED = 10
+#: ...up to this many for one way of breaking an invariant (``check_queue``'s limit).
+VIOLATIONS_LISTED = 100
 BUG = "if it lasts, it is a bug of atp: report it with this output"
 
 #: What to do about a broken rule of ``atp.invariants``, by rule.
@@ -77,12 +79,16 @@ def doctor():
 
 def _invariants():
     grouped = defaultdict(list)
-    for violation in check_queue():
+    for violation in check_queue(limit=VIOLATIONS_LISTED):
         grouped[violation.rule, violation.detail].append(violation.task)
-    return [
-        Finding("invariant", f"{_tasks(pks)} break {rule}: {detail}", INVARIANT_ADVICE[rule], pks)
-        for (rule, detail), pks in grouped.items()
-    ]
+    findings = []
+    for (rule, detail), pks in grouped.items():
+        tasks = _tasks(pks)
+        if len(pks) >= VIOLATIONS_LISTED:
+            tasks += f" (the first {VIOLATIONS_LISTED}: there may be more)"
+        findings.append(Finding("invariant", f"{tasks} break {rule}: {detail}",
+                                INVARIANT_ADVICE[rule], pks))
+    return findings
 
 
 def _clock(alias):

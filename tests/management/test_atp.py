@@ -390,3 +390,34 @@ def test_doctor_measures_this_hosts_clock_against_the_databases(tmp_path):
     [finding] = document["findings"]
     assert finding["check"] == "clock-skew" and "ahead of the database's" in finding["message"]
     assert 119 < document["clock"]["host_ahead_seconds"] < 121
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_doctor_finds_the_task_of_a_frozen_daemon_stuck_until_a_live_one_takes_it(start_daemon):
+    import signal
+
+    from tests.processes import FAST_TIMERS, wait_until
+
+    timers = {name: str(value) for name, value in FAST_TIMERS.items()}
+    atp.register_task_type("tests.sleep", "tests.handlers.sleep")
+    task = atp.enqueue("tests.sleep", {"seconds": 3})
+    frozen = start_daemon("--workers", 1)
+    wait_until(lambda: Instance.objects.get(pk=task.pk).status == Status.RUNNING, timeout=30,
+               message="the task running", output=frozen.output)
+    frozen.signal(signal.SIGSTOP)
+    try:
+        def stuck():
+            result = run_atp("doctor", "--json", **timers)
+            findings = json.loads(result.stdout)["findings"] if result.stdout else []
+            return result.returncode == 1 and [f["check"] for f in findings] == ["stuck"] and \
+                findings[0]["tasks"] == [task.pk]
+
+        wait_until(stuck, timeout=30, message="doctor finds the task stuck")
+        rescuer = start_daemon("--workers", 1)  # what doctor says to do
+        wait_until(lambda: Instance.objects.get(pk=task.pk).status == Status.FINISHED,
+                   timeout=60, message="the task finished elsewhere", output=rescuer.output)
+        healthy = run_atp("doctor", "--json", **timers)
+        assert healthy.returncode == 0, healthy.stdout
+    finally:
+        frozen.signal(signal.SIGCONT)

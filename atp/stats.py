@@ -89,6 +89,17 @@ def live_daemons():
     )
 
 
+def daemons_gone_with_leases():
+    """Return the daemons (not pull consumers, whose leases end at their deadline) that
+    stopped, or were not heard from within ``ATP_DAEMON_TIMEOUT_SECONDS``, and still hold
+    leases, with ``held``: how many. Their tasks stay where they are until a live daemon
+    reaps the silent ones; nothing releases the leases of a stopped one."""
+    return list(
+        Daemon.objects.filter(consumer__isnull=True).exclude(_is_live())
+        .annotate(held=Count("leases")).filter(held__gt=0).order_by("pk")
+    )
+
+
 def with_runners(types):
     """Annotate a queryset of types with ``runners``: how many live daemons run each."""
     return types.annotate(runners=Count("served_by", filter=_is_live("served_by__"), distinct=True))

@@ -81,3 +81,21 @@ def test_live_daemon_totals_count_daemons_and_their_workers(db):
     engine.register_daemon(workers=3)
     engine.register_daemon(workers=2)
     assert stats.live_daemon_totals() == stats.DaemonTotals(daemons=2, workers=5)
+
+
+def test_daemons_gone_with_leases_are_the_silent_or_stopped_ones_that_hold_tasks(noop_type, settings):
+    from django.db.models.functions import Now
+
+    from atp import engine
+    from atp.models import Daemon
+
+    settings.ATP_DAEMON_TIMEOUT_SECONDS = 60
+    holding, idle, stopped = (engine.register_daemon() for _ in range(3))
+    TaskFactory(type=noop_type, status=Status.RUNNING, daemon=holding)
+    TaskFactory(type=noop_type, status=Status.RUNNING, daemon=stopped)
+    assert stats.daemons_gone_with_leases() == []
+    an_hour_ago = Now() - datetime.timedelta(hours=1)
+    Daemon.objects.filter(pk__in=[holding.pk, idle.pk]).update(heartbeat=an_hour_ago)
+    Daemon.objects.filter(pk=stopped.pk).update(stopped=Now())  # as a bug would leave it
+    assert [(d.pk, d.held) for d in stats.daemons_gone_with_leases()] == [
+        (holding.pk, 1), (stopped.pk, 1)]

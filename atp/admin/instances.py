@@ -14,11 +14,11 @@ from django.utils.html import format_html
 from django_admin_listfilter_dropdown.filters import ChoiceDropdownFilter, RelatedDropdownFilter
 
 from atp import engine
-from atp.admin.actions import apply_to_each, delete_each_ended
 from atp.admin.keys import NumericKeys
 from atp.admin.lookups import CheckedLookups
 from atp.admin.paginators import EstimatedCountPaginator, no_facets
 from atp.admin.querysets import DateProbingQuerySet
+from atp.bulk import apply_to_each, delete_each_ended
 from atp.converters import TASK_ID_PATTERN, parse_task_id
 from atp.http import media_type, serve_response
 from atp.models import Instance, LogRecord, Response

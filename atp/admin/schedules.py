@@ -4,11 +4,11 @@ from django import forms
 from django.contrib import admin
 
 from atp import audit, engine, schedules
-from atp.admin.actions import Outcome
 from atp.admin.inputs import InputsSeenAsTasks
 from atp.admin.keys import NumericKeys
 from atp.admin.lookups import CheckedLookups
 from atp.admin.paginators import no_facets
+from atp.bulk import Outcome
 from atp.engine.schedules import clean_schedule
 from atp.exceptions import AtpError, InputsNotSerializable, InputsTooLarge, ScheduleNotFound
 from atp.models import Schedule

@@ -7,10 +7,10 @@ from django.db.models.functions import Coalesce
 from django.utils.html import format_html, format_html_join
 
 from atp import audit, engine, registry, stats
-from atp.admin.actions import Outcome
 from atp.admin.keys import NumericKeys
 from atp.admin.lookups import CheckedLookups
 from atp.admin.paginators import no_facets
+from atp.bulk import Outcome
 from atp.exceptions import InvalidParameter, TaskTypeInUse, TaskTypeNotFound
 from atp.models import Task, Type
 from atp.rates import format_rate, parse_rate

@@ -18,6 +18,7 @@ import logging
 import os
 import tempfile
 from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 
 from django.db import OperationalError, connections
@@ -25,6 +26,26 @@ from django.db import OperationalError, connections
 from atp.engine import doorbell
 
 logger = logging.getLogger(__name__)
+
+#: Free space worth giving back to the system (MariaDB/MySQL, SQLite): this much, and
+#: more than the space in use.
+RECLAIM_MIN_BYTES = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class TableSize:
+    """The space a table takes with its indexes (free space included), and what of it is
+    dead; ``table`` None stands for the whole database, where only that is known. A
+    figure None is not known on this database."""
+
+    table: object
+    bytes: int
+    #: Rows in use (an estimate on PostgreSQL and MariaDB/MySQL).
+    rows: object = None
+    #: Rows deleted or replaced whose space no vacuum has made reusable yet (PostgreSQL).
+    dead_rows: object = None
+    #: Space allocated to the table (or database) that holds nothing.
+    free_bytes: object = None
 
 
 class Database:
@@ -100,6 +121,16 @@ class Database:
         """Set the storage parameters ``options`` (name: value) of ``table``, where the
         database has them (a migration's)."""
 
+    def table_sizes(self, cursor, tables):
+        """Return the ``TableSize`` of each of ``tables`` (or of the whole database),
+        or None where the database does not say (``manage.py atp doctor``)."""
+        return None
+
+    def space_remedy(self, size):
+        """Return the statement, and when to run it, that gives back the dead space of
+        ``size`` (a ``TableSize``), or "" while that space is not worth it."""
+        return ""
+
     def reset_table_storage(self, schema_editor, table, names):
         """Reset the storage parameters ``names`` of ``table`` (a migration's reverse)."""
 
@@ -167,6 +198,24 @@ class PostgreSQL(Database):
 
     def reset_table_storage(self, schema_editor, table, names):
         schema_editor.execute(f"ALTER TABLE {table} RESET ({', '.join(names)})")
+
+    def table_sizes(self, cursor, tables):
+        cursor.execute(
+            "SELECT relname, pg_total_relation_size(relid), n_live_tup, n_dead_tup "
+            "FROM pg_stat_user_tables WHERE relname = ANY(%s) "
+            "AND schemaname = ANY(current_schemas(false)) ORDER BY relname", [list(tables)])
+        return [TableSize(name, size, rows=live, dead_rows=dead)
+                for name, size, live, dead in cursor.fetchall()]
+
+    def space_remedy(self, size):
+        # The rule by which a daemon vacuums the queue table itself (atp.engine.upkeep).
+        from atp.engine.upkeep import VACUUM_MIN_DEAD
+
+        if size.dead_rows is None or not (size.dead_rows >= VACUUM_MIN_DEAD
+                                          and size.dead_rows > (size.rows or 0)):
+            return ""
+        return (f"VACUUM (ANALYZE) {size.table}: autovacuum lags behind it (is it on? "
+                "see docs/performance.md); it does not block the queue")
 
 
 class SQLite(Database):
@@ -240,6 +289,22 @@ class SQLite(Database):
         assert forced != sql, sql
         return forced
 
+    def table_sizes(self, cursor, tables):
+        """The whole database file: SQLite counts pages, not tables (without dbstat)."""
+        figures = []
+        for pragma in ("page_count", "page_size", "freelist_count"):
+            cursor.execute(f"PRAGMA {pragma}")
+            figures.append(cursor.fetchone()[0])
+        pages, page_size, free_pages = figures
+        return [TableSize(None, pages * page_size, free_bytes=free_pages * page_size)]
+
+    def space_remedy(self, size):
+        if not _worth_reclaiming(size):
+            return ""
+        return ("VACUUM: it rewrites the whole file and holds the write lock while it "
+                "runs, so stop the daemons first (or set PRAGMA auto_vacuum = INCREMENTAL "
+                "once, with a VACUUM, and run PRAGMA incremental_vacuum now and then)")
+
 
 class MySQL(Database):
     """MariaDB ≥ 10.6 and MySQL ≥ 8 (InnoDB): row locks with ``SKIP LOCKED``, and no
@@ -278,10 +343,31 @@ class MySQL(Database):
         # The transaction begins at its first statement: this one sets it.
         cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
 
+    def table_sizes(self, cursor, tables):
+        tables = list(tables)
+        cursor.execute(
+            "SELECT table_name, data_length + index_length + data_free, table_rows, data_free "
+            "FROM information_schema.tables WHERE table_schema = DATABASE() "
+            f"AND table_name IN ({', '.join(['%s'] * len(tables))}) ORDER BY table_name",
+            tables)
+        return [TableSize(name, int(size), rows=rows, free_bytes=int(free))
+                for name, size, rows, free in cursor.fetchall()]
+
+    def space_remedy(self, size):
+        if not _worth_reclaiming(size):
+            return ""
+        return (f"OPTIMIZE TABLE {size.table}: it rebuilds the table (online in InnoDB, "
+                "but it reads and writes all of it): run it when the queue is quiet")
+
     def force_claim_index(self, cursor, sql, table, index):
         forced = sql.replace(f"FROM {table} ", f"FROM {table} FORCE INDEX ({index}) ", 1)
         assert forced != sql, sql
         return forced
+
+
+def _worth_reclaiming(size):
+    free = size.free_bytes or 0
+    return free >= RECLAIM_MIN_BYTES and free > size.bytes - free
 
 
 #: The databases atp knows, by Django's vendor name.

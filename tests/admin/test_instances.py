@@ -109,7 +109,7 @@ def test_pause_resume_and_cancel_actions(admin, noop_type):
 
 
 def test_delete_ended_deletes_only_ended_tasks_across_a_large_selection(admin, noop_type, monkeypatch):
-    from atp.admin import actions
+    from atp import bulk as actions
 
     monkeypatch.setattr(actions, "BATCH_SIZE", 7)
     ended = [TaskFactory(type=noop_type, status=Status.CANCELLED) for _ in range(20)]

@@ -15,6 +15,7 @@ pytestmark = pytest.mark.django_db
         (["--max-memory-per-child", "1.5"], "must be a positive integer"),
         (["--shutdown-timeout", "-2"], "must be a non-negative number"),
         (["--poll-interval", "0"], "must be a positive number"),
+        (["--poll-interval", "nan"], "must be a positive number"),
         (["--types", ","], "must name at least one task type"),
         (["--log-level", "LOUD"], "invalid choice"),
     ],

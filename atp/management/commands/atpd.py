@@ -1,46 +1,24 @@
 """``manage.py atpd``: run the Asynchronous Task Processing Daemon."""
 
-import argparse
 import logging
 import os
 import sys
 
 from django.core.management.base import BaseCommand, CommandError
 
+from atp.cli.arguments import (
+    non_negative_float,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    type_list,
+)
 from atp.conf import conf
 from atp.daemon import DaemonConfig, Supervisor
 from atp.daemon.config import DEFAULT_PREFETCH, default_workers
 from atp.exceptions import AtpError
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
-
-
-def _number(kind, minimum, *, inclusive):
-    def parse(text):
-        try:
-            value = kind(text)
-        except ValueError:
-            value = None
-        if value is None or value < minimum or (value == minimum and not inclusive):
-            adjective = "non-negative" if inclusive and minimum == 0 else "positive"
-            noun = "integer" if kind is int else "number"
-            raise argparse.ArgumentTypeError(f"must be a {adjective} {noun}, not {text!r}")
-        return value
-
-    return parse
-
-
-positive_int = _number(int, 0, inclusive=False)
-non_negative_int = _number(int, 0, inclusive=True)
-positive_float = _number(float, 0, inclusive=False)
-non_negative_float = _number(float, 0, inclusive=True)
-
-
-def type_list(text):
-    types = [part.strip() for part in text.split(",") if part.strip()]
-    if not types:
-        raise argparse.ArgumentTypeError("must name at least one task type")
-    return types
 
 
 class Command(BaseCommand):

@@ -1,4 +1,6 @@
-"""Admin actions on many tasks: each task through its queue verb, in batches, summed up.
+"""A verb applied to many tasks: each task through its queue verb, in batches, summed up.
+
+The admin's actions and ``manage.py atp retry`` use it.
 
 A selection may be "all 40,000 matching": its keys are read in batches of
 ``BATCH_SIZE``, and each task is changed in a transaction of its own, so one refusal
@@ -41,8 +43,9 @@ class Outcome:
         return ", ".join(parts)
 
 
-def batches(queryset, size=BATCH_SIZE):
-    """Yield the keys of the tasks in ``queryset``, ``size`` at a time, in key order."""
+def batches(queryset, size=None):
+    """Yield the keys of the tasks in ``queryset``, ``size`` (``BATCH_SIZE``) at a time, in key order."""
+    size = size or BATCH_SIZE
     keys = queryset.order_by("pk").values_list("pk", flat=True)
     last = None
     while True:

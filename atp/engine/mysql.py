@@ -444,4 +444,4 @@ class MySQLEngine(StatementsEngine):
     row locks: claims skip each other's rows (``SKIP LOCKED``)."""
 
     name = "mysql"
-    statements = sys.modules[__name__]
+    verbs = sys.modules[__name__]

@@ -337,7 +337,7 @@ class PostgreSQLEngine(StatementsEngine):
 
     name = "postgresql"
     one_statement = ONE_STATEMENT
-    statements = sys.modules[__name__]
+    verbs = sys.modules[__name__]
 
     def claim(self, daemon, limit, type_ids, *, start=0, inputs=False, limited=False):
         return self.transaction(lambda: claim(daemon, limit, type_ids, start, inputs, limited))

@@ -102,41 +102,42 @@ def enqueue_one(enqueue_many, task_type, instance, data, not_before, notify):
 class StatementsEngine(Engine):
     """An engine whose verbs are the functions of a module of hand-written statements
     (``postgresql``, ``sqlite``, ``mysql``), each run as one of the engine's transactions.
-    A subclass names the module (``statements``); PostgreSQL's writes its claims, which
+    A subclass names the module (``verbs``: not to be confused with ``atp.engine.statements``,
+    which reads the files of SQL those modules run); PostgreSQL's writes its claims, which
     take a second statement within limits."""
 
-    #: The module of statements.
-    statements = None
+    #: The module whose functions are the verbs (``claim``, ``settle``, ...).
+    verbs = None
 
     def claim(self, daemon, limit, type_ids, *, start=0, inputs=False, limited=False):
         return self.transaction(
-            lambda: self.statements.claim(daemon, limit, type_ids, start, inputs))
+            lambda: self.verbs.claim(daemon, limit, type_ids, start, inputs))
 
     def settle_and_claim(self, daemon, outcomes, limit, type_ids, *, start, limited=False):
         return self.transaction(
-            lambda: self.statements.settle_and_claim(daemon, outcomes, limit, type_ids, start))
+            lambda: self.verbs.settle_and_claim(daemon, outcomes, limit, type_ids, start))
 
     def settle(self, daemon, outcomes):
-        return self.transaction(lambda: self.statements.settle(daemon, outcomes))
+        return self.transaction(lambda: self.verbs.settle(daemon, outcomes))
 
     def start(self, pk, attempt, daemon):
-        return self.transaction(lambda: self.statements.start(pk, attempt, daemon))
+        return self.transaction(lambda: self.verbs.start(pk, attempt, daemon))
 
     def finish(self, pk, attempt, message, daemon, response, content_type):
-        return self.transaction(lambda: self.statements.finish(
+        return self.transaction(lambda: self.verbs.finish(
             pk, attempt, message, daemon, response, content_type))
 
     def enqueue(self, task_type, instance, data, not_before, size, notify):
-        return self.transaction(lambda: self.statements.enqueue(
+        return self.transaction(lambda: self.verbs.enqueue(
             task_type, instance, data, not_before, size, notify))
 
     def enqueue_many(self, task_type, identifiers, data, priority, not_before, notify, *,
                      tag=None, named=False):
-        return self.transaction(lambda: self.statements.enqueue_many(
+        return self.transaction(lambda: self.verbs.enqueue_many(
             task_type, identifiers, data, priority, not_before, notify, tag=tag, named=named))
 
     def next_due(self, type_ids, within):
-        return self.statements.next_due(type_ids, within)
+        return self.verbs.next_due(type_ids, within)
 
     def lease(self, type_id, limit, lease, tag, group_by_tag, consumer):
         # Pull consumers lease in the portable form on every database: a lease is no

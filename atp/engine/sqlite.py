@@ -344,4 +344,4 @@ class SQLiteEngine(StatementsEngine):
 
     name = "sqlite"
     one_statement = ONE_STATEMENT
-    statements = sys.modules[__name__]
+    verbs = sys.modules[__name__]

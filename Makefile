@@ -34,10 +34,20 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $@
 
-demo: $(VENV)/.installed
+# The demo needs the package alone, none of the test tools. Its login is kept across
+# runs; DEMO_RESET=1 draws a new password and removes the demo's tasks and schedule.
+DEMO_ADDRESS ?= 127.0.0.1:8000
+DEMO_RESET ?= 0
+$(VENV)/.demo: setup.cfg pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e .
+	touch $@
+
+demo: $(VENV)/.demo
 	$(PY) manage.py migrate --noinput
-	$(PY) manage.py demo_setup
-	$(PY) manage.py demo_serve 127.0.0.1:8000
+	$(PY) manage.py demo_setup $(if $(filter 1,$(DEMO_RESET)),--reset)
+	$(PY) manage.py demo_serve $(DEMO_ADDRESS)
 
 test: browser test-sqlite test-postgres test-mysql test-orm
 
@@ -231,4 +241,4 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check atp atp_demo tests bench
 
 clean:
-	rm -rf $(VENV) .venv-compat .venv-django6 build dist *.egg-info db.sqlite3 db.sqlite3-shm db.sqlite3-wal db.sqlite3.atpd
+	rm -rf $(VENV) .venv-compat .venv-django6 .demo build dist *.egg-info db.sqlite3 db.sqlite3-shm db.sqlite3-wal db.sqlite3.atpd

@@ -28,6 +28,12 @@ def media_type(content_type):
     return content_type.split(";", 1)[0].strip().lower()
 
 
+def is_inline_image(content_type):
+    """Return whether a response of ``content_type`` is an image a page may show inline."""
+    kind = media_type(content_type or "")
+    return kind.startswith("image/") and kind in SAFE_INLINE_TYPES
+
+
 def serve_response(response, filename_stem):
     """Return an ``HttpResponse`` with the stored ``response``, safe to open in a browser.
 

@@ -12,7 +12,7 @@ from atp import audit, engine
 from atp.converters import parse_task_id
 from atp.engine import batches
 from atp.exceptions import InvalidTransition, TaskAlreadyExists, TaskNotFound
-from atp.http import serve_response
+from atp.http import is_inline_image, serve_response
 from atp.models import Batch, Instance, Response, Type
 from atp.presentation import HISTORY_SHOWN, describe_inputs, refusal_reason, timeline
 from atp.states import IN_FLIGHT, LIVE, TERMINAL, Status
@@ -85,11 +85,13 @@ def task_detail(request, pk):
     """Show one task: what it is, its inputs, progress, history, response and buttons."""
     instance = get_object_or_404(Instance.objects.select_related("type", "daemon"), pk=pk)
     history = instance.log_records.order_by("-id")[:HISTORY_SHOWN]
+    response = Response.objects.filter(pk=pk).defer("data").first()
     context = {
         "task": instance,
         "timeline": timeline(reversed(list(history)), instance.status, timezone.now()),
         "history_total": instance.log_records.count(),
-        "response": Response.objects.filter(pk=pk).defer("data").first(),
+        "response": response,
+        "response_is_image": response is not None and is_inline_image(response.content_type),
         "may_view_response": request.user.has_perm(VIEW_RESPONSE),
         "is_final": instance.is_terminal,
         "batch": batch_summary(instance.batch_id),

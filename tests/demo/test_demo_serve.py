@@ -10,6 +10,7 @@ import pytest
 import atp
 from atp.models import Daemon, Instance
 from atp.states import Status
+from atp_demo.login import ensure_login
 from tests.processes import PROJECT_ROOT, environment, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -29,6 +30,7 @@ def answers(url):
 
 
 def test_the_demo_serves_pages_runs_tasks_and_stops_both_on_ctrl_c(tmp_path):
+    password, _ = ensure_login("demo")
     atp.register_task_type("tests.echo", "tests.handlers.echo")
     task = atp.enqueue("tests.echo", {"demo": True})
     port = free_port()
@@ -45,6 +47,11 @@ def test_the_demo_serves_pages_runs_tasks_and_stops_both_on_ctrl_c(tmp_path):
 
     try:
         wait_until(serving, timeout=60, message="the web server answering")
+        said = lambda: (tmp_path / "demo.log").read_text()  # noqa: E731
+        wait_until(lambda: "  login " in said(), timeout=30, message="the demo saying it is up")
+        for line in (f"start page   http://127.0.0.1:{port}/\n", f"dashboard    http://127.0.0.1:{port}/atp/\n",
+                     f"admin        http://127.0.0.1:{port}/admin/\n", f"login        'demo', password '{password}'"):
+            assert line in said()
         wait_until(lambda: Instance.objects.get(pk=task.pk).status == Status.FINISHED,
                    timeout=60, message="the demo's daemon running a task")
         os.killpg(demo.pid, signal.SIGINT)  # Ctrl-C

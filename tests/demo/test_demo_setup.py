@@ -4,8 +4,10 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
-from atp.models import Instance, Type
+import atp
+from atp.models import Instance, Schedule, Type
 from atp.states import Status
+from atp_demo import scenarios
 
 pytestmark = pytest.mark.django_db
 
@@ -16,23 +18,58 @@ def run(*args):
     return out.getvalue()
 
 
-def test_demo_setup_prints_a_login_that_works_and_queues_demo_work(client):
-    output = run("--tasks", "7")
-    username, password = re.search(r"as '(\w+)' with password '([^']+)'", output).groups()
+def password_in(output):
+    return re.search(r"as '(\w+)' with password '([^']+)'", output).groups()
+
+
+def test_demo_setup_prints_a_login_that_works_and_registers_the_scenarios(client):
+    username, password = password_in(run())
     assert client.login(username=username, password=password)
     assert client.get("/admin/atp/instance/").status_code == 200
-    assert set(Type.objects.filter(identifier__startswith="demo.").values_list("identifier", flat=True)) == {
-        "demo.sleep", "demo.primes", "demo.render", "demo.fail"}
-    assert Instance.objects.filter(type__identifier__startswith="demo.", status=Status.ACCEPTED).count() == 7
+    assert {"demo.quilt.square", "demo.quilt.done", "demo.fractal", "demo.flaky", "demo.hang",
+            "demo.limited", "demo.tick"} <= set(
+        Type.objects.filter(identifier__startswith="demo.").values_list("identifier", flat=True))
+    assert Instance.objects.count() == 0  # the start page's buttons start the work
 
 
-def test_running_it_again_resets_the_password_and_adds_work(client):
-    first = re.search(r"password '([^']+)'", run("--tasks", "1")).group(1)
-    second = re.search(r"password '([^']+)'", run("--tasks", "1")).group(1)
-    assert first != second
+def test_assorted_tasks_are_queued_on_request():
+    run("--tasks", "7")
+    assert Instance.objects.filter(type__identifier__startswith="demo.",
+                                   status=Status.ACCEPTED).count() == 7
+
+
+def test_running_it_again_keeps_the_login_and_the_work(client):
+    first = password_in(run())
+    scenarios.start_flaky()
+    output = run()
+    assert password_in(output) == first
+    assert "kept from the last run" in output
+    assert client.login(username="demo", password=first[1])
+    assert Instance.objects.count() == 1
+
+
+def test_a_kept_password_changed_since_is_set_again(client, django_user_model):
+    _, password = password_in(run())
+    user = django_user_model.objects.get(username="demo")
+    user.set_password("something else")
+    user.save()
+    assert password_in(run()) == ("demo", password)
+    assert client.login(username="demo", password=password)
+
+
+def test_a_reset_draws_a_new_password_and_removes_the_demos_work(client, noop_type):
+    _, first = password_in(run())
+    scenarios.start_quilt()
+    scenarios.start_ticking()
+    other = atp.enqueue("tests.noop")
+    output = run("--reset")
+    _, second = password_in(output)
+    assert second != first
     assert not client.login(username="demo", password=first)
     assert client.login(username="demo", password=second)
-    assert Instance.objects.count() == 2
+    assert list(Instance.objects.all()) == [other]  # not the demo's: kept
+    assert not Schedule.objects.exists()
+    assert "64 demo tasks removed" in output
 
 
 def test_a_negative_count_is_refused():

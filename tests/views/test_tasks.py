@@ -2,6 +2,7 @@ import re
 
 import pytest
 from django.db import connection
+from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 import atp
@@ -79,6 +80,22 @@ def test_the_json_status_is_what_a_client_polls(staff, noop_type):
     assert status["response_url"] is None and status["started"] and status["finished"] is None
     atp.set_response(task, {"rows": 1})
     assert staff.get(f"/atp/tasks/{task.pk}.json").json()["response_url"] == f"/atp/tasks/{task.pk}/response"
+
+
+@pytest.mark.parametrize("data, content_type, is_shown", [
+    (b"\x89PNG\r\n\x1a\n", "image/png", True),
+    ('<svg xmlns="http://www.w3.org/2000/svg"/>', "image/svg+xml", False),  # a download
+    ({"rows": 1}, None, False),
+])
+def test_an_image_response_is_shown_on_the_task_page(staff, log_in, noop_type, data, content_type,
+                                                    is_shown):
+    task = atp.enqueue("tests.noop")
+    atp.set_response(task, data, content_type)
+    page = staff.get(f"/atp/tasks/{task.pk}/").content.decode()
+    image = f'<img class="atp-response-image" id="atp-response-image" src="/atp/tasks/{task.pk}/response"'
+    assert (image in page) is is_shown
+    viewer = log_in("view only", Client())  # who may not read responses sees no image
+    assert "atp-response-image" not in viewer.get(f"/atp/tasks/{task.pk}/").content.decode()
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ from django.db.models.functions import Right
 from django.utils import timezone
 
 from atp.db import ByteLength
-from atp.exceptions import TaskAlreadyExists, TaskNotFound
+from atp.exceptions import NotDelayed, TaskAlreadyExists, TaskNotFound
 from atp.models import Inputs
 from atp.serialization import TOKEN_END_CHARS, InputFormat, pickled_size
 from atp.states import LIVE, Status
@@ -103,6 +103,8 @@ def refusal_reason(exc):
         return "a live task has its identifier"
     if isinstance(exc, TaskNotFound):
         return "deleted meanwhile"
+    if isinstance(exc, NotDelayed):
+        return "not delayed"
     if exc.current is not None and exc.current == exc.target:
         return f"already {Status(exc.current).label}"
     return REFUSED_BECAUSE.get(exc.current, str(exc))

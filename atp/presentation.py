@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from atp.db import ByteLength
 from atp.exceptions import NotDelayed, TaskAlreadyExists, TaskNotFound
-from atp.models import Inputs
+from atp.models import Inputs, LogRecord
 from atp.serialization import TOKEN_END_CHARS, InputFormat, pickled_size
 from atp.states import LIVE, Status
 
@@ -108,3 +108,24 @@ def refusal_reason(exc):
     if exc.current is not None and exc.current == exc.target:
         return f"already {Status(exc.current).label}"
     return REFUSED_BECAUSE.get(exc.current, str(exc))
+
+
+#: How much of a failure the task lists show: its last line, cut to this many characters.
+EXCERPT_CHARS = 160
+
+
+def failure_texts(pks):
+    """Return the text of the latest failure of each task of ``pks`` that has one, by key."""
+    records = (LogRecord.objects.filter(instance_id__in=list(pks), status=Status.FAILED)
+               .order_by("instance_id", "-id").values_list("instance_id", "message"))
+    texts = {}
+    for pk, message in records:
+        texts.setdefault(pk, message)
+    return texts
+
+
+def excerpt(text):
+    """Return the gist of a failure: its last non-empty line (a traceback's exception), cut."""
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    last = lines[-1] if lines else ""
+    return last if len(last) <= EXCERPT_CHARS else f"{last[:EXCERPT_CHARS - 1]}…"

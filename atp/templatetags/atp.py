@@ -59,6 +59,14 @@ def timestamp(value):
 
 
 @register.filter
+def timestamp_zone(value):
+    """Return a datetime as ``timestamp`` does, followed by the time zone's name (``UTC``)."""
+    if value is None:
+        return ""
+    return f"{timestamp(value)} {timezone.localtime(value).tzname()}"
+
+
+@register.filter
 def age(value, now=None):
     """Return how long ago ``value`` was, shortly: ``1.2 s``, ``3 min 4 s``."""
     if value is None:

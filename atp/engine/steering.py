@@ -129,7 +129,7 @@ def run_again(instance, message="", *, by=None):
     if locked.status not in TERMINAL:
         raise InvalidTransition(
             f"task #{pk} is {locked.status}: only an ended task runs again",
-            current=locked.status, target=Status.ACCEPTED)
+            current=locked.status)
     stored = Inputs.objects.filter(pk=pk).first()
     new = enqueue(Type.objects.get(pk=locked.type_id),
                   None if stored is None else stored.load(),
@@ -151,12 +151,12 @@ def run_now(instance, message="", *, by=None):
     if locked.status != Status.ACCEPTED:
         raise InvalidTransition(
             f"task #{pk} is {locked.status}: only a queued task runs now",
-            current=locked.status, target=Status.ACCEPTED)
+            current=locked.status)
     waiting = queue_row(pk).filter(daemon__isnull=True, not_before__gt=Now())
     due = waiting.values_list("not_before", flat=True).first()
     if due is None or not waiting.update(not_before=Now()):
         raise NotDelayed(f"task #{pk} is not delayed: it runs when a daemon is free",
-                         current=locked.status, target=Status.ACCEPTED)
+                         current=locked.status)
     write_history(pk, None, locked.attempt,
                   message or f"run now (it was due at {due.isoformat(timespec='seconds')})",
                   by=by)

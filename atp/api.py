@@ -97,7 +97,7 @@ def cancel(instance, message="", *, by=None):
 def run_again(instance, message="", *, by=None):
     """Queue a new task with an ended task's type, inputs, priority and tag; return the new
     task (the ended one stays as it is). Raise ``InvalidTransition`` for a task that has
-    not ended, ``TamperedInputs`` for a forged pickle; nothing is queued then."""
+    not ended; nothing is queued then."""
     return engine.run_again(instance, message, by=by)
 
 

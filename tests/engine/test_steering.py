@@ -6,7 +6,7 @@ import pytest
 import atp
 from atp import engine
 from atp.exceptions import InvalidTransition, NotDelayed, TaskAlreadyExists, TaskNotFound
-from atp.models import Instance, LogRecord, Task
+from atp.models import Inputs, Instance, LogRecord, Task
 from atp.states import IN_FLIGHT, LIVE, TRANSITIONS, Status
 from tests.factories import TaskFactory, snapshot
 
@@ -203,3 +203,15 @@ def test_run_now_refuses_a_task_that_is_not_queued(noop_type, status):
     assert snapshot(task) == before
     with pytest.raises(TaskNotFound):
         atp.run_now(999999)
+
+
+def test_run_again_copies_a_pickle_as_stored_without_unpickling_it(pickle_enabled, tmp_path):
+    from tests.test_serialization import Tripwire
+
+    atp.register_task_type("tests.pickled", "tests.handlers.echo", input_format="pickle")
+    old = TaskFactory(type=atp.get_type("tests.pickled"), status=Status.CANCELLED,
+                      inputs=Tripwire(tmp_path / "unpickled"))
+    new = atp.run_again(old)
+    assert not (tmp_path / "unpickled").exists()
+    stored = Inputs.objects.values_list("input_format", "data")
+    assert stored.get(pk=new.pk) == stored.get(pk=old.pk)

@@ -155,7 +155,7 @@ def run_now(instance, message="", *, by=None):
         raise InvalidTransition(
             f"task #{pk} is {locked.status}: only a queued task runs now",
             current=locked.status)
-    waiting = queue_row(pk).filter(daemon__isnull=True, not_before__gt=Now())
+    waiting = queue_row(pk).filter(not_before__gt=Now())
     due = waiting.values_list("not_before", flat=True).first()
     if due is None or not waiting.update(not_before=Now()):
         raise NotDelayed(f"task #{pk} is not delayed: it runs when a daemon is free",

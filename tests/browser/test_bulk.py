@@ -125,3 +125,6 @@ def test_a_long_identifier_wraps_at_1366_pixels(logged_in, live_server, noop_typ
     assert no_horizontal_scroll(page)
     box = page.locator(".atp-inputs").bounding_box()
     assert box["x"] + box["width"] <= 1366  # the long inputs stay in their box
+    page.goto(f"{live_server.url}/admin/atp/instance/{task.pk}/change/")
+    expect(page.locator(".field-identifier")).to_contain_text(identifier)
+    assert no_horizontal_scroll(page)

@@ -15,6 +15,7 @@ from django.utils.html import format_html
 from django_admin_listfilter_dropdown.filters import ChoiceDropdownFilter, RelatedDropdownFilter
 
 from atp import engine
+from atp.admin.failures import FailureTextFilter
 from atp.admin.keys import NumericKeys
 from atp.admin.lookups import CheckedLookups
 from atp.admin.paginators import EstimatedCountPaginator, no_facets
@@ -88,7 +89,7 @@ class InstanceAdmin(CheckedLookups, NumericKeys, admin.ModelAdmin):
                     "created_at", "finished_at", "run_time", "daemon"]
     list_display_links = ["id", "short_identifier"]
     list_filter = [("type", RelatedDropdownFilter), ("status", ChoiceDropdownFilter),
-                   ("daemon", RelatedDropdownFilter)]
+                   ("daemon", RelatedDropdownFilter), FailureTextFilter]
     list_select_related = ["type", "daemon"]
     list_per_page = 50
     search_fields = ["=identifier"]

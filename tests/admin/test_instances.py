@@ -246,3 +246,23 @@ def test_the_task_page_shows_times_with_seconds_and_zone(admin, noop_type):
     task = TaskFactory(type=noop_type, status=Status.FINISHED)
     page = admin.get(f"{CHANGELIST}{task.pk}/change/").content.decode()
     assert len(re.findall(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} UTC", page)) >= 4
+
+
+def test_the_list_filters_by_a_word_of_the_failure_and_an_action_takes_them_all(admin, daemon):
+    from atp.daemon.execution import run_task
+
+    atp.register_task_type("tests.fail", "tests.handlers.fail", max_restarts=0)
+    failed = []
+    for message in ("quota exceeded", "Quota again", "disk full"):
+        task = claim_exactly(atp.enqueue("tests.fail", {"message": message}), daemon)
+        run_task(task.pk, task.attempt, task.type.handler)
+        failed.append(task.pk)
+    url = f"{CHANGELIST}?failure=quota&status__exact=FAILED"
+    page = admin.get(url).content.decode()
+    assert sorted(rows(page)) == failed[:2]
+    assert 'name="status__exact" value="FAILED"' in page  # kept by the box's form
+    response = admin.post(url, {"confirmed": "yes", "action": "reenqueue_tasks",
+                                "select_across": "1", "_selected_action": [failed[0]]})
+    assert last_message(response) == "2 re-enqueued"
+    assert Instance.objects.get(pk=failed[2]).status == Status.FAILED
+    assert rows(admin.get(f"{CHANGELIST}?failure=nothing-like-it").content.decode()) == []

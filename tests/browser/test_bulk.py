@@ -128,3 +128,32 @@ def test_a_long_identifier_wraps_at_1366_pixels(logged_in, live_server, noop_typ
     page.goto(f"{live_server.url}/admin/atp/instance/{task.pk}/change/")
     expect(page.locator(".field-identifier")).to_contain_text(identifier)
     assert no_horizontal_scroll(page)
+
+
+def test_the_admin_retries_every_task_that_failed_the_same_way(logged_in, live_server, daemon):
+    from atp.daemon.execution import run_task
+    from tests.factories import claim_exactly
+
+    atp.register_task_type("tests.fail", "tests.handlers.fail", max_restarts=0)
+    failed = []
+    for message in ("quota exceeded", "quota again", "disk full"):
+        task = claim_exactly(atp.enqueue("tests.fail", {"message": message}), daemon)
+        run_task(task.pk, task.attempt, task.type.handler)
+        failed.append(task.pk)
+    page = logged_in
+    page.goto(f"{live_server.url}/admin/atp/instance/")
+    with page.expect_navigation():
+        page.get_by_label("a word of the failure text").fill("quota")
+        page.get_by_label("a word of the failure text").press("Enter")
+    expect(page.locator("#result_list tbody tr")).to_have_count(2)
+    page.check("#action-toggle")
+    page.select_option("select[name=action]", "reenqueue_tasks")
+    with page.expect_navigation():
+        page.click("button[name=index]")
+    expect(page.locator("#atp-action-count")).to_contain_text("Re-enqueue 2 selected tasks")
+    assert set(Instance.objects.values_list("status", flat=True)) == {Status.FAILED}
+    with page.expect_navigation():
+        page.get_by_role("button", name="Yes, re-enqueue 2 tasks").click()
+    expect(page.locator(".messagelist")).to_contain_text("2 re-enqueued")
+    assert [Instance.objects.get(pk=pk).status for pk in failed] == [
+        Status.ACCEPTED, Status.ACCEPTED, Status.FAILED]

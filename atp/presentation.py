@@ -6,6 +6,7 @@ Shared by the admin and atp's own pages; the HTML snippets are in ``templatetags
 import json
 from dataclasses import dataclass
 
+from django.db.models import OuterRef, Subquery
 from django.db.models.functions import Right
 from django.utils import timezone
 
@@ -112,16 +113,24 @@ def refusal_reason(exc):
 
 #: How much of a failure the task lists show: its last line, cut to this many characters.
 EXCERPT_CHARS = 160
+#: How much of the end of a failure a list reads (the database cuts it): its last line.
+FAILURE_TAIL_CHARS = 400
 
 
-def failure_texts(pks):
-    """Return the text of the latest failure of each task of ``pks`` that has one, by key."""
-    records = (LogRecord.objects.filter(instance_id__in=list(pks), status=Status.FAILED)
-               .order_by("instance_id", "-id").values_list("instance_id", "message"))
-    texts = {}
-    for pk, message in records:
-        texts.setdefault(pk, message)
-    return texts
+def failure_text(pk):
+    """Return the text of task ``pk``'s latest failure, or None if it has none."""
+    return (LogRecord.objects.filter(instance_id=pk, status=Status.FAILED).order_by("-id")
+            .values_list("message", flat=True).first())
+
+
+def latest_failure_tail():
+    """Return the end of a task's latest failure as a subquery, to annotate a list with
+    (``Instance.objects.annotate(failure_tail=...)``): read through the history's
+    timeline index, cut by the database, for the rows of the page only."""
+    return Subquery(
+        LogRecord.objects.filter(instance_id=OuterRef("pk"), status=Status.FAILED)
+        .order_by("-id").annotate(tail=Right("message", FAILURE_TAIL_CHARS))
+        .values("tail")[:1])
 
 
 def excerpt(text):

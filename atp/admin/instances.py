@@ -25,8 +25,16 @@ from atp.converters import TASK_ID_PATTERN
 from atp.http import media_type, serve_response
 from atp.models import Instance, LogRecord, Response
 from atp.permissions import VIEW_INPUTS, VIEW_RESPONSE
-from atp.presentation import HISTORY_SHOWN, describe_inputs, format_duration, timeline
+from atp.presentation import (
+    HISTORY_SHOWN,
+    describe_inputs,
+    excerpt,
+    format_duration,
+    latest_failure_tail,
+    timeline,
+)
 from atp.selection import search
+from atp.states import Status
 from atp.templatetags.atp import progress, status_badge, timestamp, timestamp_zone
 
 #: Larger inputs and responses are not shown on the task's page, only offered.
@@ -85,8 +93,8 @@ class StateHistoryInline(admin.TabularInline):
 @no_facets
 @admin.register(Instance)
 class InstanceAdmin(CheckedLookups, NumericKeys, admin.ModelAdmin):
-    list_display = ["id", "short_identifier", "type", "state", "progress_bar", "tries",
-                    "created_at", "finished_at", "run_time", "daemon"]
+    list_display = ["id", "short_identifier", "type", "state", "failure", "progress_bar",
+                    "tries", "created_at", "finished_at", "run_time", "daemon"]
     list_display_links = ["id", "short_identifier"]
     list_filter = [("type", RelatedDropdownFilter), ("status", ChoiceDropdownFilter),
                    ("daemon", RelatedDropdownFilter), FailureTextFilter]
@@ -153,7 +161,7 @@ class InstanceAdmin(CheckedLookups, NumericKeys, admin.ModelAdmin):
         return actions
 
     def get_queryset(self, request):
-        queryset = super().get_queryset(request)
+        queryset = super().get_queryset(request).annotate(failure_tail=latest_failure_tail())
         return DateProbingQuerySet(model=queryset.model, query=queryset.query.chain(),
                                    using=queryset.db)
 
@@ -192,6 +200,12 @@ class InstanceAdmin(CheckedLookups, NumericKeys, admin.ModelAdmin):
     @admin.display(description="finished", ordering="finished")
     def finished_at(self, obj):
         return _short_time(obj.finished)
+
+    @admin.display(description="failure")
+    def failure(self, obj):
+        if obj.status != Status.FAILED or not obj.failure_tail:
+            return ""
+        return format_html('<span class="atp-error-excerpt">{}</span>', excerpt(obj.failure_tail))
 
     @admin.display(description="created")
     def created_time(self, obj):

@@ -19,8 +19,8 @@ from atp.models import Batch, Instance, Response, Task, Type
 from atp.presentation import (
     HISTORY_SHOWN,
     describe_inputs,
-    excerpt,
-    failure_texts,
+    failure_text,
+    latest_failure_tail,
     refusal_reason,
     timeline,
 )
@@ -94,6 +94,7 @@ def task_list(request):
         before, after = _key(request, "before"), _key(request, "after")
     except (BadFilter, BadRequest) as exc:
         return bad_request(str(exc))
+    tasks = tasks.annotate(failure_tail=latest_failure_tail())
     if after is not None:
         page = list(tasks.filter(pk__gt=after).order_by("pk")[:PAGE_SIZE + 1])[::-1]
         newer, older = len(page) > PAGE_SIZE, True
@@ -103,9 +104,6 @@ def task_list(request):
                     .order_by("-pk")[:PAGE_SIZE + 1])
         newer, older = before is not None, len(page) > PAGE_SIZE
         page = page[:PAGE_SIZE]
-    failures = failure_texts(task.pk for task in page if task.status == Status.FAILED)
-    for task in page:
-        task.error_excerpt = excerpt(failures.get(task.pk))
     return render(request, "atp/task_list.html", {
         "tasks": page, "filter": chosen, "filter_query": chosen.as_query(),
         "types": Type.objects.order_by("identifier").values_list("identifier", flat=True),
@@ -198,7 +196,7 @@ def task_status(request, pk):
             "done": task.progress_done, "total": task.progress_total,
             "fraction": task.progress_fraction, "message": task.progress_message,
         },
-        "error": failure_texts([pk]).get(pk) if task.status == Status.FAILED else None,
+        "error": failure_text(pk) if task.status == Status.FAILED else None,
         "created": task.created, "updated": task.updated,
         "started": task.started, "finished": task.finished,
         "response_url": reverse("atp:task_response", args=[pk]) if has_response else None,

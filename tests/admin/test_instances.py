@@ -261,6 +261,7 @@ def test_the_list_filters_by_a_word_of_the_failure_and_an_action_takes_them_all(
     page = admin.get(url).content.decode()
     assert sorted(rows(page)) == failed[:2]
     assert 'name="status__exact" value="FAILED"' in page  # kept by the box's form
+    assert '<span class="atp-error-excerpt">ValueError: quota exceeded</span>' in page
     response = admin.post(url, {"confirmed": "yes", "action": "reenqueue_tasks",
                                 "select_across": "1", "_selected_action": [failed[0]]})
     assert last_message(response) == "2 re-enqueued"

@@ -78,3 +78,15 @@ def test_a_filter_describes_itself_and_round_trips(noop_type):
     assert task_filter.describe() == "type 'tests.noop', state 'FAILED', failure text with 'boom'"
     assert TaskFilter().describe() == "no filter: every task"
     assert Status.FAILED in Status.values
+
+
+def test_an_identifier_prefix_reads_the_identifier_index(noop_type):
+    from django.db import connection
+
+    atp.enqueue_many("tests.noop", [{}] * 50)
+    TaskFactory(type=noop_type, identifier="report-1")
+    if connection.vendor == "postgresql":  # a table this small is read whole otherwise
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL enable_seqscan = off")
+    plan = selection.search(Instance.objects.all(), "report-").explain()
+    assert "atp_instance_identifier_idx" in plan

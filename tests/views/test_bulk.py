@@ -105,3 +105,17 @@ def test_the_confirmation_escapes_what_it_was_sent(staff, noop_type):
     page = staff.post(BULK, {"action": "cancel", "q": markup, "error": markup}).content.decode()
     assert "<script>alert(1)" not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+
+
+def test_a_bulk_action_refuses_a_post_without_the_csrf_token(log_in, noop_type):
+    from django.test import Client
+
+    task = TaskFactory(type=noop_type)
+    client = log_in("can change", Client(enforce_csrf_checks=True))
+    form = {"action": "cancel", "confirmed": "yes"}
+    assert client.post(BULK, form).status_code == 403
+    assert Instance.objects.get(pk=task.pk).status == Status.ACCEPTED
+    client.get("/atp/tasks/")
+    token = client.cookies["csrftoken"].value
+    assert client.post(BULK, form, HTTP_X_CSRFTOKEN=token).status_code == 302
+    assert Instance.objects.get(pk=task.pk).status == Status.CANCELLED

@@ -222,6 +222,7 @@ def task_action(request, pk, verb):
     action = ACTIONS[verb]
     if not request.user.has_perm(action.permission):
         raise PermissionDenied
+    names = audit.task_names([pk])  # before a delete takes them
     try:
         result = action.verb(pk, by=request.user)
     except TaskNotFound:
@@ -229,8 +230,8 @@ def task_action(request, pk, verb):
     except (InvalidTransition, TaskAlreadyExists) as exc:
         messages.error(request, f"Task #{pk} was not {action.done}: {refusal_reason(exc)}.")
         return redirect("atp:task_detail", pk=pk)
-    audit.record(request.user, Instance, [(pk, f"#{pk}")] if verb == "delete"
-                 else audit.task_names([pk]), action.done.capitalize(), deleted=verb == "delete")
+    audit.record(request.user, Instance, names, action.done.capitalize(),
+                 deleted=verb == "delete")
     if verb == "delete":
         messages.success(request, f"Task #{pk} deleted.")
         return redirect("atp:task_list")

@@ -44,7 +44,7 @@ __all__ = [
     "Status", "batch", "cancel", "complete", "defer", "delete_task", "dequeue", "enqueue",
     "enqueue_many", "enqueue_on_commit", "extend_lease", "fail", "get_response", "get_type",
     "lease_tasks", "pause", "pause_type", "purge_finished", "purge_type", "reenqueue",
-    "register_pull_type", "register_task_type", "resume", "resume_type", "schedule",
+    "register_pull_type", "register_task_type", "resume", "resume_type", "run_again", "run_now", "schedule",
     "set_response", "set_status", "task_type", "unregister_task_type", "unschedule",
 ]
 
@@ -91,6 +91,21 @@ def resume(instance, message="", *, by=None):
 def cancel(instance, message="", *, by=None):
     """Cancel a queued or in-flight task (its daemon stops it); return it."""
     engine.cancel(instance, message, by=by)
+    return _as_it_is_now(instance)
+
+
+def run_again(instance, message="", *, by=None):
+    """Queue a new task with an ended task's type, inputs, priority and tag; return the new
+    task (the ended one stays as it is). Raise ``InvalidTransition`` for a task that has
+    not ended; nothing is queued then."""
+    return engine.run_again(instance, message, by=by)
+
+
+def run_now(instance, message="", *, by=None):
+    """Make a delayed task (an ``eta``, a ``countdown``, a retry's back-off) runnable now, so
+    that the next claim of its type takes it; return it. Raise ``NotDelayed`` for a
+    queued task already runnable, ``InvalidTransition`` for a task not queued."""
+    engine.run_now(instance, message, by=by)
     return _as_it_is_now(instance)
 
 

@@ -51,6 +51,10 @@ class InvalidTransition(AtpError):
         super().__init__(message)
 
 
+class NotDelayed(InvalidTransition):
+    """The task waits for no later time (it is runnable, or not waiting); nothing was changed."""
+
+
 class AttemptSuperseded(InvalidTransition):
     """A newer attempt of this task has started; this write from an older attempt is ignored."""
 

@@ -315,6 +315,11 @@ class Instance(ConditionalIndexes, models.Model):
         return self.status in TERMINAL
 
     @property
+    def daemon_shown(self):
+        """The daemon of the latest attempt, None while the task waits for its next one."""
+        return None if self.status == Status.ACCEPTED else self.daemon
+
+    @property
     def progress_fraction(self):
         """Return the progress as a fraction from 0 to 1, or None when unknown."""
         if self.progress_done is None or not self.progress_total:

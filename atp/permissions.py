@@ -4,6 +4,8 @@
 VIEW = "atp.view_instance"
 #: Changing tasks through the buttons and admin actions (re-enqueue, pause, resume, cancel).
 CHANGE = "atp.change_instance"
+#: Deleting tasks (queued or ended), one or many.
+DELETE = "atp.delete_instance"
 #: Seeing what tasks were given and what they gave back: the view permissions of the
 #: Inputs and Response models, which may hold what others must not read. Whatever holds
 #: the inputs of tasks to come (a schedule, a batch's on-complete task) shows them only

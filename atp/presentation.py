@@ -6,12 +6,13 @@ Shared by the admin and atp's own pages; the HTML snippets are in ``templatetags
 import json
 from dataclasses import dataclass
 
+from django.db.models import OuterRef, Subquery
 from django.db.models.functions import Right
 from django.utils import timezone
 
 from atp.db import ByteLength
-from atp.exceptions import TaskAlreadyExists, TaskNotFound
-from atp.models import Inputs
+from atp.exceptions import NotDelayed, TaskAlreadyExists, TaskNotFound
+from atp.models import Inputs, LogRecord
 from atp.serialization import TOKEN_END_CHARS, InputFormat, pickled_size
 from atp.states import LIVE, Status
 
@@ -103,6 +104,37 @@ def refusal_reason(exc):
         return "a live task has its identifier"
     if isinstance(exc, TaskNotFound):
         return "deleted meanwhile"
+    if isinstance(exc, NotDelayed):
+        return "not delayed"
     if exc.current is not None and exc.current == exc.target:
         return f"already {Status(exc.current).label}"
     return REFUSED_BECAUSE.get(exc.current, str(exc))
+
+
+#: How much of a failure the task lists show: its last line, cut to this many characters.
+EXCERPT_CHARS = 160
+#: How much of the end of a failure a list reads (the database cuts it): its last line.
+FAILURE_TAIL_CHARS = 400
+
+
+def failure_text(pk):
+    """Return the text of task ``pk``'s latest failure, or None if it has none."""
+    return (LogRecord.objects.filter(instance_id=pk, status=Status.FAILED).order_by("-id")
+            .values_list("message", flat=True).first())
+
+
+def latest_failure_tail():
+    """Return the end of a task's latest failure as a subquery, to annotate a list with
+    (``Instance.objects.annotate(failure_tail=...)``): read through the history's
+    timeline index, cut by the database, for the rows of the page only."""
+    return Subquery(
+        LogRecord.objects.filter(instance_id=OuterRef("pk"), status=Status.FAILED)
+        .order_by("-id").annotate(tail=Right("message", FAILURE_TAIL_CHARS))
+        .values("tail")[:1])
+
+
+def excerpt(text):
+    """Return the gist of a failure: its last non-empty line (a traceback's exception), cut."""
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    last = lines[-1] if lines else ""
+    return last if len(last) <= EXCERPT_CHARS else f"{last[:EXCERPT_CHARS - 1]}…"

@@ -3,6 +3,7 @@
 from django.urls import path, register_converter
 
 from atp.converters import TaskIdConverter
+from atp.views.bulk import task_bulk
 from atp.views.dashboard import dashboard
 from atp.views.headers import with_page_headers
 from atp.views.probes import health, metrics
@@ -22,6 +23,7 @@ def page(route, view, name):
 urlpatterns = [
     page("", dashboard, "dashboard"),
     page("tasks/", task_list, "task_list"),
+    page("tasks/bulk/", task_bulk, "task_bulk"),
     page("tasks/<atp_task_id:pk>/", task_detail, "task_detail"),
     page("tasks/<atp_task_id:pk>.json", task_status, "task_status"),
     page("tasks/<atp_task_id:pk>/response", task_response, "task_response"),

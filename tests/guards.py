@@ -217,6 +217,12 @@ GUARDS = [
           "    if locked.is_leased:\n        return attempt  # its daemon",
           "    if False:\n        return attempt  # its daemon"),
     Guard("resume: held", "atp/engine/steering.py", "    if locked.is_held:\n", "    if False:\n"),
+    Guard("run again: ended", "atp/engine/steering.py",
+          "    if locked.status not in TERMINAL:\n", "    if False:\n"),
+    Guard("run now: queued", "atp/engine/steering.py",
+          "    if locked.status != Status.ACCEPTED:\n", "    if False:\n"),
+    Guard("run now: delayed", "atp/engine/steering.py",
+          "queue_row(pk).filter(not_before__gt=Now())", "queue_row(pk)"),
     Guard("delete: lease", "atp/engine/maintenance.py", "    if locked.is_leased:\n", "    if False:\n"),
     # Daemons.
     Guard("heartbeat: not stopped", "atp/engine/daemons.py",

@@ -34,7 +34,8 @@ def entries(model, pk=None):
 def test_admin_actions_record_who_did_them(operator, noop_type, action, status, done):
     task = TaskFactory(type=noop_type, status=status)
     refused = TaskFactory(type=noop_type, status=Status.FINISHED)
-    operator.post(CHANGELIST, {"action": action, "_selected_action": [task.pk, refused.pk]})
+    operator.post(CHANGELIST, {"action": action, "_selected_action": [task.pk, refused.pk],
+                              "confirmed": "yes"})
     last = LogRecord.objects.filter(instance=task).last()
     assert last.actor == "superuser"
     assert entries(task._meta.model, task.pk) == [("superuser", CHANGE, done)]
@@ -57,7 +58,8 @@ def test_page_buttons_record_who_pressed_them(operator, noop_type, button, statu
 
 def test_deleting_tasks_is_in_the_admin_log(operator, noop_type):
     ended = TaskFactory(type=noop_type, status=Status.FINISHED, identifier="nightly-7")
-    operator.post(CHANGELIST, {"action": "delete_ended_tasks", "_selected_action": [ended.pk]})
+    operator.post(CHANGELIST, {"action": "delete_ended_tasks", "_selected_action": [ended.pk],
+                              "confirmed": "yes"})
     assert entries(ended._meta.model, ended.pk) == [("superuser", DELETION, "Deleted")]
     assert LogEntry.objects.get(object_id=str(ended.pk)).object_repr == f"#{ended.pk} nightly-7"
 

@@ -4,27 +4,38 @@ the state history, and actions that go through the queue verbs."""
 import json
 
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.core.exceptions import PermissionDenied
-from django.db.models import Q
 from django.forms.models import BaseInlineFormSet
 from django.shortcuts import get_object_or_404
+from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, re_path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 from django_admin_listfilter_dropdown.filters import ChoiceDropdownFilter, RelatedDropdownFilter
 
 from atp import engine
+from atp.admin.failures import FailureTextFilter
 from atp.admin.keys import NumericKeys
 from atp.admin.lookups import CheckedLookups
 from atp.admin.paginators import EstimatedCountPaginator, no_facets
 from atp.admin.querysets import DateProbingQuerySet
 from atp.bulk import apply_to_each, delete_each_ended
-from atp.converters import TASK_ID_PATTERN, parse_task_id
+from atp.converters import TASK_ID_PATTERN
 from atp.http import media_type, serve_response
 from atp.models import Instance, LogRecord, Response
 from atp.permissions import VIEW_INPUTS, VIEW_RESPONSE
-from atp.presentation import HISTORY_SHOWN, describe_inputs, format_duration, timeline
-from atp.templatetags.atp import progress, status_badge, timestamp
+from atp.presentation import (
+    HISTORY_SHOWN,
+    describe_inputs,
+    excerpt,
+    format_duration,
+    latest_failure_tail,
+    timeline,
+)
+from atp.selection import search
+from atp.states import Status
+from atp.templatetags.atp import progress, status_badge, timestamp, timestamp_zone
 
 #: Larger inputs and responses are not shown on the task's page, only offered.
 PREVIEW_MAX_BYTES = 64 * 1024
@@ -82,15 +93,15 @@ class StateHistoryInline(admin.TabularInline):
 @no_facets
 @admin.register(Instance)
 class InstanceAdmin(CheckedLookups, NumericKeys, admin.ModelAdmin):
-    list_display = ["id", "short_identifier", "type", "state", "progress_bar", "tries",
-                    "created_at", "finished_at", "run_time", "daemon"]
+    list_display = ["id", "short_identifier", "type", "state", "failure", "progress_bar",
+                    "tries", "created_at", "finished_at", "run_time", "daemon"]
     list_display_links = ["id", "short_identifier"]
     list_filter = [("type", RelatedDropdownFilter), ("status", ChoiceDropdownFilter),
-                   ("daemon", RelatedDropdownFilter)]
+                   ("daemon", RelatedDropdownFilter), FailureTextFilter]
     list_select_related = ["type", "daemon"]
     list_per_page = 50
     search_fields = ["=identifier"]
-    search_help_text = "An exact identifier, or a task number."
+    search_help_text = "A task number, the beginning of an identifier, or a type's identifier."
     date_hierarchy = "created"
     ordering = ["-id"]
     paginator = EstimatedCountPaginator
@@ -98,19 +109,20 @@ class InstanceAdmin(CheckedLookups, NumericKeys, admin.ModelAdmin):
     # Sorting by anything but an indexed column sorts every row.
     sortable_by = ["id", "created_at"]
     inlines = [StateHistoryInline]
-    actions = ["reenqueue_tasks", "pause_tasks", "resume_tasks", "cancel_tasks",
-               "delete_ended_tasks"]
+    actions = ["reenqueue_tasks", "run_again_tasks", "run_now_tasks", "pause_tasks",
+               "resume_tasks", "cancel_tasks", "delete_ended_tasks"]
     fieldsets = [
         (None, {"fields": ["type", "identifier", "state", "priority", "attempt", "restarts"]}),
         ("Progress", {"fields": ["progress_bar", "progress_message"]}),
-        ("Times (database clock)", {"fields": ["created", "updated", "started", "finished",
-                                               "run_time"]}),
+        ("Times (database clock)", {"fields": ["created_time", "updated_time", "started_time",
+                                               "finished_time", "run_time"]}),
         ("Daemon and batch", {"fields": ["daemon", "batch"]}),
         ("Inputs and response", {"fields": ["inputs_preview", "response_preview"]}),
     ]
     readonly_fields = ["type", "identifier", "state", "priority", "attempt", "restarts",
-                       "progress_bar", "progress_message", "created", "updated", "started",
-                       "finished", "run_time", "daemon", "batch", "inputs_preview",
+                       "progress_bar", "progress_message", "created_time", "updated_time",
+                       "started_time", "finished_time", "run_time", "daemon", "batch",
+                       "inputs_preview",
                        "response_preview"]
 
     class Media:
@@ -149,22 +161,14 @@ class InstanceAdmin(CheckedLookups, NumericKeys, admin.ModelAdmin):
         return actions
 
     def get_queryset(self, request):
-        queryset = super().get_queryset(request)
+        queryset = super().get_queryset(request).annotate(failure_tail=latest_failure_tail())
         return DateProbingQuerySet(model=queryset.model, query=queryset.query.chain(),
                                    using=queryset.db)
 
     def get_search_results(self, request, queryset, search_term):
-        # Identifiers are case-sensitive keys: an exact match reads their index, where
-        # the admin's "=" search (iexact) would read every row.
-        term = search_term.strip()
-        if not term:
-            return queryset, False
-        if "\x00" in term:  # no identifier holds one, and PostgreSQL refuses it
-            return queryset.none(), False
-        number = parse_task_id(term)
-        if number is not None:
-            return queryset.filter(Q(identifier=term) | Q(pk=number)), False
-        return queryset.filter(identifier=term), False
+        # Through the identifier index (the admin's own search would read every row),
+        # as atp's task list searches.
+        return search(queryset, search_term), False
 
     # -- columns and fields ---------------------------------------------------------
 
@@ -196,6 +200,28 @@ class InstanceAdmin(CheckedLookups, NumericKeys, admin.ModelAdmin):
     @admin.display(description="finished", ordering="finished")
     def finished_at(self, obj):
         return _short_time(obj.finished)
+
+    @admin.display(description="failure")
+    def failure(self, obj):
+        if obj.status != Status.FAILED or not obj.failure_tail:
+            return ""
+        return format_html('<span class="atp-error-excerpt">{}</span>', excerpt(obj.failure_tail))
+
+    @admin.display(description="created")
+    def created_time(self, obj):
+        return timestamp_zone(obj.created)
+
+    @admin.display(description="updated")
+    def updated_time(self, obj):
+        return timestamp_zone(obj.updated)
+
+    @admin.display(description="started")
+    def started_time(self, obj):
+        return timestamp_zone(obj.started) or "—"
+
+    @admin.display(description="finished")
+    def finished_time(self, obj):
+        return timestamp_zone(obj.finished) or "—"
 
     @admin.display(description="state", ordering="status")
     def state(self, obj):
@@ -277,26 +303,57 @@ class InstanceAdmin(CheckedLookups, NumericKeys, admin.ModelAdmin):
                  else messages.WARNING if outcome.refused else messages.SUCCESS)
         self.message_user(request, outcome.message(done_label), level)
 
-    def _apply(self, request, queryset, verb, done_label):
+    def _confirmation(self, request, queryset, what):
+        """Return the page that says how many tasks the action touches and asks to go on,
+        or None once the operator said yes."""
+        if request.POST.get("confirmed") == "yes":
+            return None
+        context = {
+            **self.admin_site.each_context(request), "opts": self.model._meta,
+            "title": f"{what.capitalize()}?", "what": what, "count": queryset.count(),
+            "action": request.POST.get("action", ""),
+            "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
+            "select_across": request.POST.get("select_across", "0"),
+        }
+        return TemplateResponse(request, "atp/admin/confirm_action.html", context)
+
+    def _apply(self, request, queryset, verb, done_label, what):
+        asked = self._confirmation(request, queryset, what)
+        if asked is not None:
+            return asked
         self._report(request, apply_to_each(queryset, verb, request.user, done_label), done_label)
+        return None
 
     @admin.action(description="Re-enqueue selected tasks", permissions=["change"])
     def reenqueue_tasks(self, request, queryset):
-        self._apply(request, queryset, engine.reenqueue, "re-enqueued")
+        return self._apply(request, queryset, engine.reenqueue, "re-enqueued", "re-enqueue")
+
+    @admin.action(description="Run selected ended tasks again (as new tasks)",
+                  permissions=["change"])
+    def run_again_tasks(self, request, queryset):
+        return self._apply(request, queryset, engine.run_again, "queued again", "run again")
+
+    @admin.action(description="Run selected delayed tasks now", permissions=["change"])
+    def run_now_tasks(self, request, queryset):
+        return self._apply(request, queryset, engine.run_now, "made runnable now", "run now")
 
     @admin.action(description="Pause selected running tasks", permissions=["change"])
     def pause_tasks(self, request, queryset):
-        self._apply(request, queryset, engine.pause, "paused")
+        return self._apply(request, queryset, engine.pause, "paused", "pause")
 
     @admin.action(description="Resume selected paused tasks", permissions=["change"])
     def resume_tasks(self, request, queryset):
-        self._apply(request, queryset, engine.resume, "resumed")
+        return self._apply(request, queryset, engine.resume, "resumed", "resume")
 
     @admin.action(description="Cancel selected tasks", permissions=["change"])
     def cancel_tasks(self, request, queryset):
-        self._apply(request, queryset, engine.cancel, "cancelled")
+        return self._apply(request, queryset, engine.cancel, "cancelled", "cancel")
 
     @admin.action(description="Delete selected ended tasks", permissions=["delete_ended"])
     def delete_ended_tasks(self, request, queryset):
+        asked = self._confirmation(request, queryset, "delete the ended ones of")
+        if asked is not None:
+            return asked
         self._report(request, delete_each_ended(queryset, engine.delete_ended, request.user),
                      "deleted")
+        return None

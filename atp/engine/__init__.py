@@ -46,7 +46,7 @@ from atp.engine.schedules import (
     set_schedule_enabled,
     sync_declared_schedules,
 )
-from atp.engine.steering import cancel, pause, reenqueue, resume, set_status
+from atp.engine.steering import cancel, pause, reenqueue, resume, run_again, run_now, set_status
 from atp.engine.types import (
     NOT_FOR_PULL,
     get_type,
@@ -65,7 +65,7 @@ __all__ = [
     "cancel", "claim_for_daemon", "complete", "expire_leases", "extend_lease", "lease_tasks", "register_pull_type", "declare_schedule", "delete_ended", "delete_schedule", "delete_task", "dequeue", "enqueue", "enqueue_due", "enqueue_many", "enqueue_on_commit", "fail", "fail_or_retry", "finish",
     "get_response", "get_type", "next_due", "hand_back", "heartbeat", "heartbeat_counters", "log", "pause", "pause_type",
     "prune_daemons", "purge_due", "purge_finished", "purge_tombstones", "purge_type", "reap_daemon", "reenqueue", "register_daemon", "release",
-    "register_task_type", "restart", "restart_leases", "resume", "resume_type", "retire_daemon",
+    "register_task_type", "restart", "restart_leases", "resume", "resume_type", "retire_daemon", "run_again", "run_now",
     "save_schedule", "seconds_to_next_run", "serve_types", "set_schedule_enabled", "set_progress", "settle", "settle_and_claim", "set_response", "set_status", "start", "start_and_load",
     "sync_declared_schedules", "sync_declared_types", "unregister_task_type", "update_task_type",
 ]

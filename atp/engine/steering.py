@@ -1,10 +1,12 @@
-"""The verbs operators steer tasks with: pause, resume, cancel, re-enqueue, set a state.
+"""The verbs operators steer tasks with: pause, resume, cancel, re-enqueue, run again,
+run now, set a state.
 
 They apply to whatever attempt is current, and they never take a lease from the
 daemon running the task: they change the task's state, and the daemon follows within
 half a second, suspending, resuming or stopping the worker, and only then lets go of
 the task (``lifecycle.release``). So a re-enqueued or cancelled-then-retried task can
-never run while its previous worker still does. Verbs return the task's attempt.
+never run while its previous worker still does. Verbs return the task's attempt, but
+``run_again``, which returns the new task.
 """
 
 from django.db import IntegrityError
@@ -13,6 +15,7 @@ from django.db.models.functions import Now
 
 from atp.engine.base import pk_of, queue_write
 from atp.engine.batches import hold_open
+from atp.engine.enqueue import enqueue
 from atp.engine.lifecycle import (
     drop_waiting_row,
     fail,
@@ -23,10 +26,10 @@ from atp.engine.lifecycle import (
 )
 from atp.engine.locks import lock_task
 from atp.engine.notify import notify_runnable
-from atp.engine.transitions import move, refusal
-from atp.exceptions import InvalidTransition, TaskAlreadyExists
-from atp.models import Daemon, Instance, Task, Type
-from atp.states import IN_FLIGHT, LIVE, Status
+from atp.engine.transitions import move, refusal, write_history
+from atp.exceptions import InvalidTransition, NotDelayed, TaskAlreadyExists
+from atp.models import Daemon, Inputs, Instance, Task, Type
+from atp.states import IN_FLIGHT, LIVE, TERMINAL, Status
 
 ENDED_FOR_RETRY = (Status.FAILED, Status.CANCELLED)
 
@@ -109,6 +112,59 @@ def reenqueue(instance, message="", *, by=None):
     if not locked.is_leased:
         notify_runnable()
     return attempt
+
+
+@queue_write
+def run_again(instance, message="", *, by=None):
+    """Queue a new task of an ended task's type, with its inputs, priority and tag; return it.
+
+    The ended task stays as it is. The new one gets an identifier of its own (the old
+    name stays taken for its type's ``dedup_window``), belongs to no batch, and its
+    history says whose run again of which task it is. Raise ``InvalidTransition`` for
+    a task that has not ended.
+    """
+    pk = pk_of(instance)
+    # Locked so that no purge deletes it (and its inputs) while it is copied.
+    locked = lock_task(pk)
+    if locked.status not in TERMINAL:
+        raise InvalidTransition(
+            f"task #{pk} is {locked.status}: only an ended task runs again",
+            current=locked.status)
+    new = enqueue(Type.objects.get(pk=locked.type_id), None, priority=locked.priority,
+                  tag=locked.tag)
+    # The inputs as they were stored: a signed pickle keeps its signature and is never
+    # unpickled in the web process.
+    stored = Inputs.objects.filter(pk=pk).values("input_format", "data").first()
+    if stored is not None:
+        Inputs.objects.filter(pk=new.pk).update(**stored)
+    write_history(new.pk, None, 0, message or f"a run again of task #{pk}", by=by)
+    return new
+
+
+@queue_write
+def run_now(instance, message="", *, by=None):
+    """Make a delayed task runnable now: its not-before time becomes the database's now.
+
+    The next claim of its type takes it (within its type's limits and priority). Raise
+    ``NotDelayed`` for a queued task already runnable, ``InvalidTransition`` for a task
+    that is not queued.
+    """
+    pk = pk_of(instance)
+    locked = lock_task(pk)
+    if locked.status != Status.ACCEPTED:
+        raise InvalidTransition(
+            f"task #{pk} is {locked.status}: only a queued task runs now",
+            current=locked.status)
+    waiting = queue_row(pk).filter(not_before__gt=Now())
+    due = waiting.values_list("not_before", flat=True).first()
+    if due is None or not waiting.update(not_before=Now()):
+        raise NotDelayed(f"task #{pk} is not delayed: it runs when a daemon is free",
+                         current=locked.status)
+    write_history(pk, None, locked.attempt,
+                  message or f"run now (it was due at {due.isoformat(timespec='seconds')})",
+                  by=by)
+    notify_runnable()
+    return locked.attempt
 
 
 def _retry_ended(locked, message, by):

@@ -7,6 +7,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 
+from atp.presentation import excerpt as failure_excerpt
 from atp.presentation import format_duration
 from atp.states import Status
 
@@ -56,6 +57,20 @@ def timestamp(value):
     if value is None:
         return ""
     return timezone.localtime(value).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+@register.filter
+def excerpt(text):
+    """Return the last line of a failure, cut (``atp.presentation.excerpt``)."""
+    return failure_excerpt(text)
+
+
+@register.filter
+def timestamp_zone(value):
+    """Return a datetime as ``timestamp`` does, followed by the time zone's name (``UTC``)."""
+    if value is None:
+        return ""
+    return f"{timestamp(value)} {timezone.localtime(value).tzname()}"
 
 
 @register.filter

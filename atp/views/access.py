@@ -7,9 +7,9 @@ from functools import wraps
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 
-from atp.permissions import CHANGE, VIEW, VIEW_INPUTS, VIEW_RESPONSE
+from atp.permissions import CHANGE, DELETE, VIEW, VIEW_INPUTS, VIEW_RESPONSE
 
-__all__ = ["CHANGE", "VIEW", "VIEW_INPUTS", "VIEW_RESPONSE", "bearer_token", "is_staff_with",
+__all__ = ["CHANGE", "DELETE", "VIEW", "VIEW_INPUTS", "VIEW_RESPONSE", "bearer_token", "is_staff_with",
            "staff_member", "token_matches"]
 
 

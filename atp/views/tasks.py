@@ -1,5 +1,7 @@
 """The task pages: the list, one task, its response, its JSON status, and the buttons."""
 
+from dataclasses import dataclass
+
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, JsonResponse
@@ -13,20 +15,51 @@ from atp.converters import parse_task_id
 from atp.engine import batches
 from atp.exceptions import InvalidTransition, TaskAlreadyExists, TaskNotFound
 from atp.http import is_inline_image, serve_response
-from atp.models import Batch, Instance, Response, Type
-from atp.presentation import HISTORY_SHOWN, describe_inputs, refusal_reason, timeline
+from atp.models import Batch, Instance, Response, Task, Type
+from atp.presentation import (
+    HISTORY_SHOWN,
+    describe_inputs,
+    failure_text,
+    latest_failure_tail,
+    refusal_reason,
+    timeline,
+)
+from atp.selection import BadFilter, TaskFilter
 from atp.states import IN_FLIGHT, LIVE, TERMINAL, Status
-from atp.views.access import CHANGE, VIEW, VIEW_INPUTS, VIEW_RESPONSE, staff_member
+from atp.views.access import CHANGE, DELETE, VIEW, VIEW_INPUTS, VIEW_RESPONSE, staff_member
 from atp.views.headers import bad_request
 
 PAGE_SIZE = 50
 
-#: The buttons of a task's page: verb, label, and the states it applies to.
+
+@dataclass(frozen=True)
+class Action:
+    """A button of a task's page: its verb, what it did, the states it applies to, the
+    permission it takes, and the question asked before (None: none)."""
+
+    verb: object
+    done: str
+    states: tuple
+    permission: str = CHANGE
+    question: str = None
+
+
+def _delete(pk, *, by):
+    # Its history goes with it: who deleted it is in the admin's log (atp.audit).
+    engine.delete_task(pk)
+
+
+#: The buttons of a task's page, in the order shown, by the name in their address.
 ACTIONS = {
-    "reenqueue": (engine.reenqueue, "re-enqueued", (*IN_FLIGHT, Status.FAILED, Status.CANCELLED)),
-    "pause": (engine.pause, "paused", (Status.RUNNING,)),
-    "resume": (engine.resume, "resumed", (Status.PAUSED,)),
-    "cancel": (engine.cancel, "cancelled", LIVE),
+    "reenqueue": Action(engine.reenqueue, "re-enqueued",
+                        (*IN_FLIGHT, Status.FAILED, Status.CANCELLED)),
+    "pause": Action(engine.pause, "paused", (Status.RUNNING,)),
+    "resume": Action(engine.resume, "resumed", (Status.PAUSED,)),
+    "run-now": Action(engine.run_now, "made runnable now", (Status.ACCEPTED,)),
+    "run-again": Action(engine.run_again, "queued again", TERMINAL),
+    "cancel": Action(engine.cancel, "cancelled", LIVE, question="Cancel task #{pk}?"),
+    "delete": Action(_delete, "deleted", (Status.ACCEPTED, *TERMINAL), DELETE,
+                     question="Delete task #{pk} with its inputs, response and history?"),
 }
 
 
@@ -44,23 +77,24 @@ def _key(request, name):
     return number
 
 
+def chosen_tasks(data):
+    """Return the filter a form sent and the tasks it selects; raise ``BadFilter``, or
+    ``Http404`` for a type that does not exist."""
+    chosen = TaskFilter.from_query(data)
+    if chosen.type and not Type.objects.filter(identifier=chosen.type).exists():
+        raise Http404("no such task type")
+    return chosen, chosen.apply(Instance.objects.select_related("type", "daemon"))
+
+
 @staff_member(VIEW)
 def task_list(request):
-    """List tasks newest first, by type and state, a page at a time without counting them all."""
-    tasks = Instance.objects.select_related("type", "daemon")
-    type_name, status = request.GET.get("type", ""), request.GET.get("status", "")
-    if "\x00" in type_name:  # PostgreSQL refuses NUL in any string
-        return bad_request("type names hold no NUL character")
-    if type_name:
-        tasks = tasks.filter(type=get_object_or_404(Type, identifier=type_name))
-    if status:
-        if status not in Status.values:
-            return bad_request(f"unknown state {status!r}")
-        tasks = tasks.filter(status=status)
+    """List tasks newest first, filtered, a page at a time without counting them all."""
     try:
+        chosen, tasks = chosen_tasks(request.GET)
         before, after = _key(request, "before"), _key(request, "after")
-    except BadRequest as exc:
+    except (BadFilter, BadRequest) as exc:
         return bad_request(str(exc))
+    tasks = tasks.annotate(failure_tail=latest_failure_tail())
     if after is not None:
         page = list(tasks.filter(pk__gt=after).order_by("pk")[:PAGE_SIZE + 1])[::-1]
         newer, older = len(page) > PAGE_SIZE, True
@@ -71,13 +105,38 @@ def task_list(request):
         newer, older = before is not None, len(page) > PAGE_SIZE
         page = page[:PAGE_SIZE]
     return render(request, "atp/task_list.html", {
-        "tasks": page,
+        "tasks": page, "filter": chosen, "filter_query": chosen.as_query(),
         "types": Type.objects.order_by("identifier").values_list("identifier", flat=True),
         "statuses": Status.choices,
-        "type_name": type_name, "status": status,
         "newer_than": page[0].pk if page and newer else None,
         "older_than": page[-1].pk if page and older else None,
+        "may_change": request.user.has_perm(CHANGE),
+        "may_delete": request.user.has_perm(DELETE),
     })
+
+
+def _delay(instance):
+    """Return the time a queued task waits for, or None when it is runnable (or not queued)."""
+    if instance.status != Status.ACCEPTED:
+        return None
+    due = Task.objects.filter(pk=instance.pk, daemon__isnull=True).values_list(
+        "not_before", flat=True).first()
+    return due if due is not None and due > timezone.now() else None
+
+
+def _buttons(user, instance, eta):
+    """Return the buttons of the task's page the user may press, each enabled or greyed."""
+    buttons = []
+    for name, action in ACTIONS.items():
+        if not user.has_perm(action.permission):
+            continue
+        enabled = instance.status in action.states and (name != "run-now" or eta is not None)
+        buttons.append({
+            "verb": name, "label": name.replace("reenqueue", "re-enqueue").replace("-", " "),
+            "enabled": enabled, "danger": action.question is not None,
+            "question": action.question and action.question.format(pk=instance.pk),
+        })
+    return buttons
 
 
 @staff_member(VIEW)
@@ -86,6 +145,7 @@ def task_detail(request, pk):
     instance = get_object_or_404(Instance.objects.select_related("type", "daemon"), pk=pk)
     history = instance.log_records.order_by("-id")[:HISTORY_SHOWN]
     response = Response.objects.filter(pk=pk).defer("data").first()
+    eta = _delay(instance)
     context = {
         "task": instance,
         "timeline": timeline(reversed(list(history)), instance.status, timezone.now()),
@@ -95,17 +155,16 @@ def task_detail(request, pk):
         "may_view_response": request.user.has_perm(VIEW_RESPONSE),
         "is_final": instance.is_terminal,
         "batch": batch_summary(instance.batch_id),
+        "eta": eta,
+        # The buttons live in the refreshed part: they grey as the state moves on.
+        "buttons": _buttons(request.user, instance, eta),
     }
     if request.GET.get("partial") == "1":
         return render(request, "atp/_task_live.html", context)
-    can_change = request.user.has_perm(CHANGE)
     may_view_inputs = request.user.has_perm(VIEW_INPUTS)
     context.update(
         inputs=describe_inputs(pk) if may_view_inputs else None,
         may_view_inputs=may_view_inputs,
-        buttons=[(verb, verb.replace("reenqueue", "re-enqueue"))
-                 for verb, (_, _, states) in ACTIONS.items()
-                 if can_change and instance.status in states],
     )
     return render(request, "atp/task_detail.html", context)
 
@@ -139,6 +198,7 @@ def task_status(request, pk):
             "done": task.progress_done, "total": task.progress_total,
             "fraction": task.progress_fraction, "message": task.progress_message,
         },
+        "error": failure_text(pk) if task.status == Status.FAILED else None,
         "created": task.created, "updated": task.updated,
         "started": task.started, "finished": task.finished,
         "response_url": reverse("atp:task_response", args=[pk]) if has_response else None,
@@ -155,19 +215,30 @@ def task_response(request, pk):
 
 
 @require_POST
-@staff_member(CHANGE)
+@staff_member(VIEW)
 def task_action(request, pk, verb):
-    """Apply a button's verb to the task, then go back to its page saying how it went."""
+    """Apply a button's verb to the task, then go back to its page saying how it went
+    (to the new task's page after a run again, to the list after a delete)."""
     if verb not in ACTIONS:
         raise Http404("no such action")
-    apply, done, _ = ACTIONS[verb]
+    action = ACTIONS[verb]
+    if not request.user.has_perm(action.permission):
+        raise PermissionDenied
+    names = audit.task_names([pk])  # before a delete takes them
     try:
-        apply(pk, by=request.user)
+        result = action.verb(pk, by=request.user)
     except TaskNotFound:
         raise Http404("no such task") from None
     except (InvalidTransition, TaskAlreadyExists) as exc:
-        messages.error(request, f"Task #{pk} was not {done}: {refusal_reason(exc)}.")
-    else:
-        audit.record(request.user, Instance, audit.task_names([pk]), done.capitalize())
-        messages.success(request, f"Task #{pk} {done}.")
+        messages.error(request, f"Task #{pk} was not {action.done}: {refusal_reason(exc)}.")
+        return redirect("atp:task_detail", pk=pk)
+    audit.record(request.user, Instance, names, action.done.capitalize(),
+                 deleted=verb == "delete")
+    if verb == "delete":
+        messages.success(request, f"Task #{pk} deleted.")
+        return redirect("atp:task_list")
+    if verb == "run-again":
+        messages.success(request, f"Task #{pk} queued again as task #{result.pk}.")
+        return redirect("atp:task_detail", pk=result.pk)
+    messages.success(request, f"Task #{pk} {action.done}.")
     return redirect("atp:task_detail", pk=pk)

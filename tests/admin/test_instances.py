@@ -48,7 +48,10 @@ def test_the_list_filters_by_state_and_searches_identifiers_and_numbers(admin, n
     assert rows(admin.get(CHANGELIST, {"status__exact": "FAILED"}).content.decode()) == [failed.pk]
     assert rows(admin.get(CHANGELIST, {"q": "nightly-7"}).content.decode()) == [failed.pk]
     assert rows(admin.get(CHANGELIST, {"q": str(other.pk)}).content.decode()) == [other.pk]
-    assert rows(admin.get(CHANGELIST, {"q": "nightly"}).content.decode()) == []  # exact only
+    assert rows(admin.get(CHANGELIST, {"q": "nightly"}).content.decode()) == [failed.pk]
+    assert rows(admin.get(CHANGELIST, {"q": "ightly"}).content.decode()) == []  # a prefix
+    assert sorted(rows(admin.get(CHANGELIST, {"q": "tests.noop"}).content.decode())) == sorted(
+        [failed.pk, other.pk])
 
 
 def test_the_task_page_is_read_only_with_its_timeline(admin, daemon):
@@ -88,7 +91,7 @@ def test_a_pickled_input_is_described_never_unpickled(pickle_enabled, admin, tmp
 def test_actions_go_through_the_verbs_and_sum_up_refusals(admin, noop_type):
     tasks = [TaskFactory(type=noop_type, status=s) for s in
              (Status.FAILED, Status.CANCELLED, Status.RUNNING, Status.FINISHED, Status.FINISHED)]
-    response = admin.post(CHANGELIST, {"action": "reenqueue_tasks",
+    response = admin.post(CHANGELIST, {"confirmed": "yes", "action": "reenqueue_tasks",
                                        "_selected_action": [t.pk for t in tasks]})
     assert last_message(response) == "3 re-enqueued, 2 refused: already finished"
     assert [Instance.objects.get(pk=t.pk).status for t in tasks] == [
@@ -100,11 +103,11 @@ def test_pause_resume_and_cancel_actions(admin, noop_type):
     running = TaskFactory(type=noop_type, status=Status.RUNNING)
     queued = TaskFactory(type=noop_type)
     selected = [running.pk, queued.pk]
-    response = admin.post(CHANGELIST, {"action": "pause_tasks", "_selected_action": selected})
+    response = admin.post(CHANGELIST, {"confirmed": "yes", "action": "pause_tasks", "_selected_action": selected})
     assert last_message(response) == "1 paused, 1 refused: still queued"
-    response = admin.post(CHANGELIST, {"action": "resume_tasks", "_selected_action": selected})
+    response = admin.post(CHANGELIST, {"confirmed": "yes", "action": "resume_tasks", "_selected_action": selected})
     assert last_message(response) == "1 resumed, 1 refused: still queued"
-    response = admin.post(CHANGELIST, {"action": "cancel_tasks", "_selected_action": selected})
+    response = admin.post(CHANGELIST, {"confirmed": "yes", "action": "cancel_tasks", "_selected_action": selected})
     assert last_message(response) == "2 cancelled"
 
 
@@ -114,7 +117,7 @@ def test_delete_ended_deletes_only_ended_tasks_across_a_large_selection(admin, n
     monkeypatch.setattr(actions, "BATCH_SIZE", 7)
     ended = [TaskFactory(type=noop_type, status=Status.CANCELLED) for _ in range(20)]
     live = TaskFactory(type=noop_type)
-    response = admin.post(CHANGELIST, {"action": "delete_ended_tasks", "select_across": "1",
+    response = admin.post(CHANGELIST, {"confirmed": "yes", "action": "delete_ended_tasks", "select_across": "1",
                                        "index": "0", "_selected_action": [live.pk]})
     assert last_message(response) == "20 deleted, 1 refused: not ended, or its worker is still being stopped"
     assert list(Instance.objects.values_list("pk", flat=True)) == [live.pk]
@@ -177,7 +180,7 @@ def test_an_action_reports_a_task_that_failed_and_carries_on(admin, noop_type, m
         return real_cancel(pk, by=by)
 
     monkeypatch.setattr(instances.engine, "cancel", cancel)
-    response = admin.post(CHANGELIST, {"action": "cancel_tasks",
+    response = admin.post(CHANGELIST, {"confirmed": "yes", "action": "cancel_tasks",
                                        "_selected_action": [t.pk for t in tasks]})
     assert last_message(response) == "2 cancelled, 1 failed (see the server log)"
     assert [Instance.objects.get(pk=t.pk).status for t in tasks] == [
@@ -207,3 +210,60 @@ def test_the_task_page_reads_the_history_once_however_long_it_is(admin, noop_typ
         engine.log(long, "still going")
     queries_for(short)  # warm up the caches (content types)
     assert queries_for(long) == queries_for(short)
+
+
+def test_an_action_says_how_many_tasks_it_touches_before_it_does_anything(admin, noop_type):
+    failed = [TaskFactory(type=noop_type, status=Status.FAILED) for _ in range(3)]
+    form = {"action": "reenqueue_tasks", "select_across": "1", "index": "0",
+            "_selected_action": [failed[0].pk]}
+    page = admin.post(f"{CHANGELIST}?status__exact=FAILED", form).content.decode()
+    assert re.search(r'id="atp-action-count">Re-enqueue <strong>3</strong> selected tasks', page)
+    assert {t.status for t in Instance.objects.all()} == {Status.FAILED}
+    form = {key: value for key, value in form.items() if key != "index"}
+    response = admin.post(f"{CHANGELIST}?status__exact=FAILED", {**form, "confirmed": "yes"})
+    assert last_message(response) == "3 re-enqueued"
+    assert {t.status for t in Instance.objects.all()} == {Status.ACCEPTED}
+
+
+def test_run_again_and_run_now_actions(admin, noop_type):
+    ended = TaskFactory(type=noop_type, status=Status.FINISHED, inputs={"n": 1})
+    delayed = TaskFactory(type=noop_type, countdown=3600)
+    selected = [ended.pk, delayed.pk]
+    response = admin.post(CHANGELIST, {"confirmed": "yes", "action": "run_again_tasks",
+                                       "_selected_action": selected})
+    assert last_message(response) == "1 queued again, 1 refused: still queued"
+    assert Instance.objects.get(pk=ended.pk).status == Status.FINISHED
+    assert Instance.objects.count() == 3
+    response = admin.post(CHANGELIST, {"confirmed": "yes", "action": "run_now_tasks",
+                                       "_selected_action": selected})
+    assert last_message(response) == "1 made runnable now, 1 refused: already finished"
+    response = admin.post(CHANGELIST, {"confirmed": "yes", "action": "run_now_tasks",
+                                       "_selected_action": [delayed.pk]})
+    assert last_message(response) == "0 made runnable now, 1 refused: not delayed"
+
+
+def test_the_task_page_shows_times_with_seconds_and_zone(admin, noop_type):
+    task = TaskFactory(type=noop_type, status=Status.FINISHED)
+    page = admin.get(f"{CHANGELIST}{task.pk}/change/").content.decode()
+    assert len(re.findall(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} UTC", page)) >= 4
+
+
+def test_the_list_filters_by_a_word_of_the_failure_and_an_action_takes_them_all(admin, daemon):
+    from atp.daemon.execution import run_task
+
+    atp.register_task_type("tests.fail", "tests.handlers.fail", max_restarts=0)
+    failed = []
+    for message in ("quota exceeded", "Quota again", "disk full"):
+        task = claim_exactly(atp.enqueue("tests.fail", {"message": message}), daemon)
+        run_task(task.pk, task.attempt, task.type.handler)
+        failed.append(task.pk)
+    url = f"{CHANGELIST}?failure=quota&status__exact=FAILED"
+    page = admin.get(url).content.decode()
+    assert sorted(rows(page)) == failed[:2]
+    assert 'name="status__exact" value="FAILED"' in page  # kept by the box's form
+    assert '<span class="atp-error-excerpt">ValueError: quota exceeded</span>' in page
+    response = admin.post(url, {"confirmed": "yes", "action": "reenqueue_tasks",
+                                "select_across": "1", "_selected_action": [failed[0]]})
+    assert last_message(response) == "2 re-enqueued"
+    assert Instance.objects.get(pk=failed[2]).status == Status.FAILED
+    assert rows(admin.get(f"{CHANGELIST}?failure=nothing-like-it").content.decode()) == []

@@ -58,6 +58,10 @@ def test_a_failed_task_is_re_enqueued_from_the_admin(logged_in, live_server, noo
     logged_in.select_option("select[name=action]", "reenqueue_tasks")
     with logged_in.expect_navigation():
         logged_in.click("button[name=index]")
+    expect(logged_in.locator("#atp-action-count")).to_contain_text("Re-enqueue 1 selected task")
+    assert Instance.objects.get(pk=failed.pk).status == Status.FAILED  # asked first
+    with logged_in.expect_navigation():
+        logged_in.get_by_role("button", name="Yes, re-enqueue 1 task").click()
     expect(logged_in.locator(".messagelist")).to_contain_text("1 re-enqueued")
     assert Instance.objects.get(pk=failed.pk).status == Status.ACCEPTED
     row = logged_in.locator("#result_list tbody tr", has_text=re.compile(rf"^\s*{failed.pk}\b"))

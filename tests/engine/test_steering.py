@@ -5,8 +5,8 @@ import pytest
 
 import atp
 from atp import engine
-from atp.exceptions import InvalidTransition, TaskAlreadyExists, TaskNotFound
-from atp.models import Instance, LogRecord, Task
+from atp.exceptions import InvalidTransition, NotDelayed, TaskAlreadyExists, TaskNotFound
+from atp.models import Inputs, Instance, LogRecord, Task
 from atp.states import IN_FLIGHT, LIVE, TRANSITIONS, Status
 from tests.factories import TaskFactory, snapshot
 
@@ -132,3 +132,86 @@ def test_verbs_accept_a_primary_key_and_return_the_task(noop_type):
     paused = atp.pause(instance.pk)
     assert isinstance(paused, Instance) and paused.status == Status.PAUSED
     assert instance.status == Status.RUNNING  # an object not passed in is not touched
+
+
+# -- run again and run now ------------------------------------------------------------
+
+ENDED = [Status.FINISHED, Status.FAILED, Status.CANCELLED]
+
+
+@pytest.mark.parametrize("status", ENDED)
+def test_run_again_queues_a_new_task_with_the_same_inputs_and_leaves_the_old_one(
+        noop_type, status, django_user_model):
+    old = TaskFactory(type=noop_type, status=status, inputs={"page": [1, 2]},
+                      identifier="report-7", priority=5, tag="red")
+    before = snapshot(old)
+    operator = django_user_model.objects.create_user("ops")
+    new = atp.run_again(old, by=operator)
+    assert snapshot(old) == before
+    assert (new.type_id, new.status, new.priority, new.tag) == (
+        noop_type.pk, Status.ACCEPTED, 5, "red")
+    assert new.pk != old.pk and new.identifier != "report-7"
+    assert Instance.objects.get(pk=new.pk).load_inputs() == {"page": [1, 2]}
+    note = LogRecord.objects.filter(instance=new).last()
+    assert (note.status, note.actor, note.message) == (
+        None, "ops", f"a run again of task #{old.pk}")
+    claimed = engine.dequeue(engine.register_daemon())
+    assert [task.pk for task in claimed] == [new.pk]
+
+
+@pytest.mark.parametrize("status", LIVE)
+def test_run_again_refuses_a_task_that_has_not_ended(noop_type, status):
+    live = TaskFactory(type=noop_type, status=status)
+    before = snapshot(live)
+    with pytest.raises(InvalidTransition, match=f"task #{live.pk} is {status}: only an ended"):
+        atp.run_again(live)
+    assert snapshot(live) == before
+    assert Instance.objects.count() == 1
+
+
+def test_run_again_of_a_task_that_does_not_exist_says_so(db):
+    with pytest.raises(TaskNotFound):
+        atp.run_again(999999)
+
+
+def test_run_now_makes_a_delayed_task_runnable(noop_type, django_user_model):
+    delayed = TaskFactory(type=noop_type, countdown=3600)
+    daemon = engine.register_daemon()
+    assert engine.dequeue(daemon) == []
+    returned = atp.run_now(delayed, by="ops")
+    assert returned.status == Status.ACCEPTED
+    note = LogRecord.objects.filter(instance=delayed).last()
+    assert (note.status, note.actor) == (None, "ops")
+    assert note.message.startswith("run now (it was due at ")
+    assert [task.pk for task in engine.dequeue(daemon)] == [delayed.pk]
+
+
+def test_run_now_refuses_a_task_that_is_not_delayed(noop_type):
+    runnable = TaskFactory(type=noop_type)
+    before = snapshot(runnable)
+    with pytest.raises(NotDelayed, match=f"task #{runnable.pk} is not delayed"):
+        atp.run_now(runnable)
+    assert snapshot(runnable) == before
+
+
+@pytest.mark.parametrize("status", [s for s in Status if s != Status.ACCEPTED])
+def test_run_now_refuses_a_task_that_is_not_queued(noop_type, status):
+    task = TaskFactory(type=noop_type, status=status)
+    before = snapshot(task)
+    with pytest.raises(InvalidTransition, match=f"task #{task.pk} is {status}: only a queued"):
+        atp.run_now(task)
+    assert snapshot(task) == before
+    with pytest.raises(TaskNotFound):
+        atp.run_now(999999)
+
+
+def test_run_again_copies_a_pickle_as_stored_without_unpickling_it(pickle_enabled, tmp_path):
+    from tests.test_serialization import Tripwire
+
+    atp.register_task_type("tests.pickled", "tests.handlers.echo", input_format="pickle")
+    old = TaskFactory(type=atp.get_type("tests.pickled"), status=Status.CANCELLED,
+                      inputs=Tripwire(tmp_path / "unpickled"))
+    new = atp.run_again(old)
+    assert not (tmp_path / "unpickled").exists()
+    stored = Inputs.objects.values_list("input_format", "data")
+    assert stored.get(pk=new.pk) == stored.get(pk=old.pk)

@@ -73,7 +73,7 @@ def test_the_admin_follows_the_same_permissions(log_in, task, role):
         else:
             assert status == 403, url
     response = client.post("/admin/atp/instance/", {
-        "action": "cancel_tasks", "_selected_action": [task.pk],
+        "action": "cancel_tasks", "_selected_action": [task.pk], "confirmed": "yes",
     })
     changed = Instance.objects.get(pk=task.pk).status == Status.CANCELLED
     assert changed == (role in CHANGES), response.status_code

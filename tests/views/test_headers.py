@@ -53,7 +53,7 @@ def pages(noop_type):
     task = TaskFactory(type=noop_type, status=Status.RUNNING, inputs={"a": 1})
     atp.set_response(task, "done")
     arguments = {
-        "dashboard": {}, "task_list": {}, "task_detail": {"pk": task.pk},
+        "dashboard": {}, "task_list": {}, "task_bulk": {}, "task_detail": {"pk": task.pk},
         "task_status": {"pk": task.pk}, "task_response": {"pk": task.pk},
         "task_action": {"pk": task.pk, "verb": "pause"},
         "type_action": {"pk": noop_type.pk, "verb": "pause"},
@@ -61,7 +61,7 @@ def pages(noop_type):
     }
     names = {pattern.name for pattern in urlpatterns if isinstance(pattern, URLPattern)}
     assert names == set(arguments), "a new page of atp.urls must be fuzzed here too"
-    posted = {"task_action", "type_action"}
+    posted = {"task_action", "type_action", "task_bulk"}
     return [(reverse(f"atp:{name}", kwargs=kwargs), "post" if name in posted else "get")
             for name, kwargs in arguments.items()]
 

@@ -8,7 +8,7 @@ from django.test.utils import CaptureQueriesContext
 import atp
 from atp import engine
 from atp.daemon.execution import run_task
-from atp.models import LogRecord
+from atp.models import Instance, LogRecord
 from atp.states import Status
 from tests.factories import TaskFactory, claim_exactly
 
@@ -120,17 +120,79 @@ def test_responses_are_shown_only_when_harmless(staff, noop_type, data, content_
     assert response["Content-Security-Policy"].startswith("sandbox")
 
 
-def test_buttons_match_the_state_and_report_refusals(staff, noop_type):
+def buttons_of(page):
+    """Return the verbs of a task page's buttons, those greyed in capitals."""
+    found = re.findall(r'action="/atp/tasks/\d+/([\w-]+)/"[^>]*>.*?<button([^>]*)>', page, re.S)
+    return [verb.upper() if " disabled" in button else verb for verb, button in found]
+
+
+def test_buttons_are_greyed_when_the_state_does_not_allow_them(staff, noop_type):
     running = TaskFactory(type=noop_type, status=Status.RUNNING)
     page = staff.get(f"/atp/tasks/{running.pk}/").content.decode()
-    buttons = re.findall(r'action="/atp/tasks/\d+/(\w+)/"', page)
-    assert buttons == ["reenqueue", "pause", "cancel"]
+    # No delete: "can change" may not delete.
+    assert buttons_of(page) == ["reenqueue", "pause", "RESUME", "RUN-NOW", "RUN-AGAIN", "cancel"]
+    partial = staff.get(f"/atp/tasks/{running.pk}/?partial=1").content.decode()
+    assert buttons_of(partial) == buttons_of(page)  # in the live part: they follow the state
     finished = TaskFactory(type=noop_type, status=Status.FINISHED)
-    assert "atp-buttons" not in staff.get(f"/atp/tasks/{finished.pk}/").content.decode()
+    page = staff.get(f"/atp/tasks/{finished.pk}/").content.decode()
+    assert buttons_of(page) == ["REENQUEUE", "PAUSE", "RESUME", "RUN-NOW", "run-again", "CANCEL"]
     response = staff.post(f"/atp/tasks/{finished.pk}/cancel/", follow=True)
     assert f"Task #{finished.pk} was not cancelled: already finished." in response.content.decode()
     response = staff.post(f"/atp/tasks/{running.pk}/pause/", follow=True)
     assert f"Task #{running.pk} paused." in response.content.decode()
+
+
+def test_cancel_and_delete_ask_first(log_in, noop_type):
+    client = log_in("superuser")
+    task = TaskFactory(type=noop_type, status=Status.FAILED)
+    page = client.get(f"/atp/tasks/{task.pk}/").content.decode()
+    assert f'/delete/" data-atp-confirm="Delete task #{task.pk} with its inputs' in page
+    assert f'/cancel/" data-atp-confirm="Cancel task #{task.pk}?"' in page
+    response = client.post(f"/atp/tasks/{task.pk}/delete/", follow=True)
+    assert f"Task #{task.pk} deleted." in response.content.decode()
+    assert not Instance.objects.filter(pk=task.pk).exists()
+
+
+def test_delete_takes_the_delete_permission(staff, noop_type):
+    task = TaskFactory(type=noop_type, status=Status.FAILED)
+    assert staff.post(f"/atp/tasks/{task.pk}/delete/").status_code == 403
+    assert Instance.objects.filter(pk=task.pk).exists()
+
+
+def test_run_again_opens_the_new_task_and_leaves_the_old(staff, noop_type):
+    old = TaskFactory(type=noop_type, status=Status.FAILED, inputs={"n": 1})
+    response = staff.post(f"/atp/tasks/{old.pk}/run-again/", follow=True)
+    new = Instance.objects.exclude(pk=old.pk).get()
+    assert response.redirect_chain[-1][0] == f"/atp/tasks/{new.pk}/"
+    assert f"Task #{old.pk} queued again as task #{new.pk}." in response.content.decode()
+    assert Instance.objects.get(pk=old.pk).status == Status.FAILED
+    running = TaskFactory(type=noop_type, status=Status.RUNNING)
+    response = staff.post(f"/atp/tasks/{running.pk}/run-again/", follow=True)
+    assert f"Task #{running.pk} was not queued again: running." in response.content.decode()
+
+
+def test_a_delayed_task_shows_its_eta_and_runs_now(staff, noop_type, settings):
+    settings.TIME_ZONE = "Europe/Paris"
+    delayed = TaskFactory(type=noop_type, countdown=3600)
+    page = staff.get(f"/atp/tasks/{delayed.pk}/").content.decode()
+    eta = re.search(r'id="atp-task-eta">([^<]+)<', page).group(1)
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} CES?T", eta)
+    assert "run-now" in buttons_of(page)
+    response = staff.post(f"/atp/tasks/{delayed.pk}/run-now/", follow=True)
+    page = response.content.decode()
+    assert f"Task #{delayed.pk} made runnable now." in page
+    assert "atp-task-eta" not in page and "RUN-NOW" in buttons_of(page)
+    response = staff.post(f"/atp/tasks/{delayed.pk}/run-now/", follow=True)
+    assert f"Task #{delayed.pk} was not made runnable now: not delayed." in response.content.decode()
+
+
+def test_a_re_enqueued_task_no_longer_names_its_old_daemon(staff, noop_type, daemon):
+    task = TaskFactory(type=noop_type, status=Status.RUNNING, daemon=daemon)
+    assert str(daemon) in staff.get(f"/atp/tasks/{task.pk}/").content.decode()
+    atp.reenqueue(task)
+    page = staff.get(f"/atp/tasks/{task.pk}/").content.decode()
+    assert re.search(r'id="atp-task-daemon" class="atp-wrap">—<', page)
+    assert str(daemon) not in staff.get("/atp/tasks/").content.decode()
 
 
 def test_a_view_only_user_sees_no_buttons(log_in, noop_type):
@@ -153,3 +215,15 @@ def test_a_handler_exception_is_shown_escaped(log_in, daemon):
         page = response.content.decode()
         assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in page, url
         assert "<script>alert(" not in page, url
+
+
+def test_a_failed_task_shows_its_error_in_the_list_and_its_json(staff, daemon):
+    atp.register_task_type("tests.fail", "tests.handlers.fail", max_restarts=0)
+    task = claim_exactly(atp.enqueue("tests.fail", {"message": "disk <full>"}), daemon)
+    run_task(task.pk, task.attempt, task.type.handler)
+    page = staff.get("/atp/tasks/?q=tests.fail").content.decode()
+    assert re.search(r'class="atp-error-excerpt"[^>]*>[^<]*ValueError: disk &lt;full&gt;</div>', page)
+    status = staff.get(f"/atp/tasks/{task.pk}.json").json()
+    assert status["status"] == "FAILED" and "ValueError: disk <full>" in status["error"]
+    running = TaskFactory(type=task.type, status=Status.RUNNING)
+    assert staff.get(f"/atp/tasks/{running.pk}.json").json()["error"] is None

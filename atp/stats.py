@@ -9,11 +9,22 @@ window, through the partial index on ended tasks. Nothing here writes.
 import datetime
 from dataclasses import dataclass
 
-from django.db.models import Count, DurationField, ExpressionWrapper, F, Min, Q, Sum, Value
-from django.db.models.functions import Now
+from django.db.models import (
+    Count,
+    DurationField,
+    ExpressionWrapper,
+    F,
+    Min,
+    OuterRef,
+    Q,
+    Subquery,
+    Sum,
+    Value,
+)
+from django.db.models.functions import Now, TruncMinute
 
 from atp.conf import conf
-from atp.models import Daemon, Instance, Task, Type
+from atp.models import Daemon, Instance, LogRecord, Task, Type
 from atp.states import LIVE, TERMINAL, Status
 
 #: How far back the dashboard counts ended tasks.
@@ -29,11 +40,13 @@ def live_counts():
     return {(type_id, status): count for type_id, status, count in rows}
 
 
-def ended_counts(within=RECENT):
-    """Return ``{(type_id, status): count}`` of the tasks that ended within ``within``."""
+def ended_counts(within=RECENT, type_ids=None):
+    """Return ``{(type_id, status): count}`` of the tasks (of ``type_ids``, default all)
+    that ended within ``within``."""
     # Naming every type lets the (type, finished) index be read as one short range per
     # type; a bare time range cannot use it and would read the whole table.
-    type_ids = list(Type.objects.values_list("pk", flat=True))
+    if type_ids is None:
+        type_ids = list(Type.objects.values_list("pk", flat=True))
     rows = (
         Instance.objects.filter(
             type_id__in=type_ids, status__in=TERMINAL, finished__gte=Now() - Value(within)
@@ -105,11 +118,11 @@ def with_runners(types):
     return types.annotate(runners=Count("served_by", filter=_is_live("served_by__"), distinct=True))
 
 
-def types_with_counts():
-    """Return every type with ``live`` (by state) and ``ended`` (recently, by state) counts,
-    and ``runners``, how many live daemons run it."""
-    live, ended = live_counts(), ended_counts()
-    types = list(with_runners(Type.objects.order_by("identifier")))
+def types_with_counts(types=None):
+    """Return every type (or those of the queryset ``types``) with ``live`` (by state) and
+    ``ended`` (recently, by state) counts, and ``runners``, how many live daemons run it."""
+    types = list(with_runners((Type.objects.all() if types is None else types).order_by("identifier")))
+    live, ended = live_counts(), ended_counts(type_ids=[task_type.pk for task_type in types])
     for task_type in types:
         task_type.live = {s: live.get((task_type.pk, s), 0) for s in LIVE}
         task_type.ended = {s: ended.get((task_type.pk, s), 0) for s in TERMINAL}
@@ -134,6 +147,18 @@ class Histogram:
     count: int
     sum_seconds: float
 
+    def quantile(self, q):
+        """Return an estimate of the ``q`` quantile (0 < q < 1) in seconds, interpolated
+        within the bucket it falls in (as Prometheus' ``histogram_quantile``); the last
+        bound when it lies beyond; None when the histogram counted nothing."""
+        rank = q * self.count
+        lower, below = 0.0, 0
+        for bound, cumulative in zip(BUCKET_BOUNDS_SECONDS, self.buckets, strict=True):
+            if rank and cumulative >= rank:
+                return lower + (bound - lower) * (rank - below) / (cumulative - below)
+            lower, below = bound, cumulative
+        return BUCKET_BOUNDS_SECONDS[-1] if self.count else None
+
 
 @dataclass(frozen=True)
 class Ended:
@@ -153,20 +178,11 @@ def ended_spans(within):
     ``within``, never with the history.
     """
     type_ids = list(Type.objects.values_list("pk", flat=True))
-    spans = {name: ExpressionWrapper(F(end) - F(begin), output_field=DurationField())
-             for name, (begin, end) in SPANS.items()}
-    started = Q(started__isnull=False)
-    figures = {"ended": Count("pk")}
-    for name in SPANS:
-        for index, bound in enumerate(BUCKET_BOUNDS_SECONDS):
-            figures[f"{name}_{index}"] = Count(
-                "pk", filter=started & Q(**{f"{name}__lte": datetime.timedelta(seconds=bound)}))
-        figures[f"{name}_count"] = Count("pk", filter=started)
-        figures[f"{name}_sum"] = Sum(name, filter=started)
     rows = (
         Instance.objects.filter(
             type_id__in=type_ids, status__in=TERMINAL, finished__gte=Now() - Value(within)
-        ).alias(**spans).values("type_id", "status").annotate(**figures).order_by()
+        ).alias(**_spans(SPANS)).values("type_id", "status").annotate(**_span_figures(SPANS))
+        .order_by()
     )
     by_type = {}
     for row in rows:
@@ -175,6 +191,27 @@ def ended_spans(within):
         counts={row["status"]: row["ended"] for row in rows},
         run=_histogram(rows, "run"), wait=_histogram(rows, "wait"),
     ) for type_id, rows in by_type.items()}
+
+
+def _spans(names):
+    """Return the expressions of the spans ``names`` (of ``SPANS``), to alias on tasks."""
+    return {name: ExpressionWrapper(F(SPANS[name][1]) - F(SPANS[name][0]), output_field=DurationField())
+            for name in names}
+
+
+def _span_figures(names):
+    """Return the aggregates that ``_histogram`` adds up: how many tasks ended, and for
+    each span of ``names`` (aliased by ``_spans``) how many of those that started took at
+    most each bound, how many started, and their sum."""
+    started = Q(started__isnull=False)
+    figures = {"ended": Count("pk")}
+    for name in names:
+        for index, bound in enumerate(BUCKET_BOUNDS_SECONDS):
+            figures[f"{name}_{index}"] = Count(
+                "pk", filter=started & Q(**{f"{name}__lte": datetime.timedelta(seconds=bound)}))
+        figures[f"{name}_count"] = Count("pk", filter=started)
+        figures[f"{name}_sum"] = Sum(name, filter=started)
+    return figures
 
 
 def _histogram(rows, name):
@@ -219,3 +256,118 @@ def unserved_types(claimable_waiting):
     for task_type in unserved:
         task_type.runnable = claimable_waiting[task_type.pk].runnable
     return unserved
+
+
+# The charts: the queue's history over a window, minute by minute.
+
+#: The history entries that move a task into the queue (ACCEPTED) or out of it: a claim
+#: (SCHEDULED), or a cancel of a task that waited (CANCELLED); their index lets the
+#: charts read only the window's entries.
+QUEUE_MOVES = (Status.ACCEPTED, Status.SCHEDULED, Status.CANCELLED)
+
+
+@dataclass(frozen=True)
+class Activity:
+    """The queue over a window, one point per ``step``, oldest first: when each point's
+    step began (``starts``, UTC); tasks that ``finished``, ``failed`` (for good) and were
+    ``retried`` (went back to the queue after an attempt) in it; the ``depth`` of the
+    queue (tasks waiting to be claimed, delayed ones included) at the end of the step,
+    the highest of its minutes' ends; and a ``wait`` ``Histogram`` of the tasks that
+    ended in it (from creation to the start of their last attempt, as ``ended_spans``)."""
+
+    starts: tuple
+    step: datetime.timedelta
+    finished: tuple
+    failed: tuple
+    retried: tuple
+    depth: tuple
+    wait: tuple
+
+
+def _minute(field):
+    return TruncMinute(field, tzinfo=datetime.UTC)
+
+
+def activity(now, span, step, type_ids, waiting_now):
+    """Return the ``Activity`` of the tasks of ``type_ids`` (None: every type) over the
+    ``span`` up to ``now`` (the database clock), a point per ``step`` (whole minutes that
+    divide an hour), the queue's depth reckoned back from ``waiting_now``: the tasks
+    waiting to be claimed now.
+
+    Three queries, each reading the window only: the tasks that ended in it (the index
+    on ended tasks, by type), and the history entries that move tasks into and out of
+    the queue (by state and time; a type's through their tasks). The depth at a
+    minute's end is the depth now, less the tasks that entered the queue since, plus
+    those that left it.
+    """
+    minute, points = datetime.timedelta(minutes=1), int(span / step)
+    last = now.replace(second=0, microsecond=0)
+    last -= last.minute % int(step / minute) * minute
+    start = last - (points - 1) * step
+    if type_ids is None:
+        type_ids, moves = list(Type.objects.values_list("pk", flat=True)), LogRecord.objects.all()
+    else:
+        moves = LogRecord.objects.filter(instance__type_id__in=type_ids)
+    ended = list(
+        Instance.objects.filter(type_id__in=type_ids, status__in=TERMINAL, finished__gte=start)
+        .alias(**_spans(["wait"])).annotate(minute=_minute("finished"))
+        .values("minute", "status").annotate(**_span_figures(["wait"])).order_by()
+    )
+    entered, left, retried = _moves_by_minute(moves, start)
+    depths, depth = [], waiting_now
+    for index in range(int(span / minute) - 1, -1, -1):  # from the current minute back
+        depths.append(max(depth, 0))
+        at = start + index * minute
+        depth += left.get(at, 0) - entered.get(at, 0)
+    depths.reverse()
+
+    def summed(pairs):
+        sums = [0] * points
+        for at, count in pairs:
+            sums[(at - start) // step] += count
+        return tuple(sums)
+
+    def ended_as(status):
+        return summed((row["minute"], row["ended"]) for row in ended if row["status"] == status)
+
+    waits = [[] for _ in range(points)]
+    for row in ended:
+        waits[(row["minute"] - start) // step].append(row)
+    per_point = len(depths) // points
+    return Activity(
+        starts=tuple(start + index * step for index in range(points)), step=step,
+        finished=ended_as(Status.FINISHED), failed=ended_as(Status.FAILED),
+        retried=summed(retried.items()),
+        depth=tuple(max(depths[index * per_point:(index + 1) * per_point]) for index in range(points)),
+        wait=tuple(_histogram(rows, "wait") for rows in waits),
+    )
+
+
+def _moves_by_minute(moves, start):
+    """Return ``({minute: count}, {minute: count}, {minute: count})``: the tasks of the
+    history entries ``moves`` that entered the queue, left it, and were retried in each
+    minute since ``start``."""
+    recent = moves.filter(time__gte=start)
+    rows = (
+        recent.filter(status__in=[Status.ACCEPTED, Status.SCHEDULED])
+        .annotate(minute=_minute("time")).values("minute", "status")
+        .annotate(count=Count("pk"), retried=Count("pk", filter=Q(attempt__gt=0))).order_by()
+    )
+    entered, left, retried = {}, {}, {}
+    for row in rows:
+        if row["status"] == Status.ACCEPTED:
+            entered[row["minute"]], retried[row["minute"]] = row["count"], row["retried"]
+        else:
+            left[row["minute"]] = row["count"]
+    # A cancel takes a task out of the queue only if it waited there: its state before
+    # was ACCEPTED (the entry before it in its own history, by the timeline index).
+    before = (LogRecord.objects.filter(instance_id=OuterRef("instance_id"), id__lt=OuterRef("pk"),
+                                       status__isnull=False).order_by("-id").values("status")[:1])
+    cancels = (
+        recent.filter(status=Status.CANCELLED).alias(before=Subquery(before))
+        .filter(before=Status.ACCEPTED).annotate(minute=_minute("time"))
+        .values("minute").annotate(count=Count("pk")).order_by()
+    )
+    for row in cancels:
+        left[row["minute"]] = left.get(row["minute"], 0) + row["count"]
+    return entered, left, retried

@@ -113,7 +113,7 @@ def _throughput(activity, window, times):
     series = [Series(key, key, description,
                      tuple(count / per_minute for count in getattr(activity, key)))
               for key, description in names.items()]
-    top = _nice_top(max(max(s.values) for s in series))
+    axis = _nice_axis(max(max(s.values) for s in series))
     points = []
     for index, label in enumerate(times):
         counts = {key: getattr(activity, key)[index] for key in names}
@@ -121,18 +121,17 @@ def _throughput(activity, window, times):
         if per_minute > 1:
             said += " (per minute: " + ", ".join(_number(counts[key] / per_minute) for key in names) + ")"
         points.append(_point(activity, index, counts, f"{label}: {said}"))
-    return _chart("throughput", "Tasks per minute", series, _linear(top), _linear_ticks(top),
+    return _chart("throughput", "Tasks per minute", series, _linear(axis[0]), _linear_ticks(axis),
                   points, window, activity)
 
 
 def _depth(activity, window, times):
-    description = ("waiting to be claimed at the end of each minute" if window.step.total_seconds() <= 60
-                   else "the most waiting to be claimed at a minute's end")
-    series = [Series("depth", "waiting", description + ", delayed tasks included", activity.depth)]
-    top = _nice_top(max(activity.depth))
-    points = [_point(activity, index, {"depth": depth}, f"{label}: {depth} waiting")
+    description = f"waiting to be claimed at the end of each {window.step_label}, delayed tasks included"
+    series = [Series("depth", "waiting", description, activity.depth)]
+    axis = _nice_axis(max(activity.depth))
+    points = [_point(activity, index, {"depth": depth}, f"{label}: {depth} waiting at its end")
               for index, (label, depth) in enumerate(zip(times, activity.depth, strict=True))]
-    return _chart("depth", "Queue depth", series, _linear(top), _linear_ticks(top), points,
+    return _chart("depth", "Queue depth", series, _linear(axis[0]), _linear_ticks(axis), points,
                   window, activity)
 
 
@@ -198,18 +197,23 @@ def _linear(top):
     return lambda value: HEIGHT - BOTTOM - value / top * (HEIGHT - BOTTOM - TOP)
 
 
-def _linear_ticks(top):
-    scale, step = _linear(top), top / 4
-    return tuple((round(scale(step * n), 2), _number(step * n)) for n in range(5))
+def _linear_ticks(axis):
+    top, step = axis
+    scale = _linear(top)
+    return tuple((round(scale(step * n), 2), _number(step * n)) for n in range(round(top / step) + 1))
 
 
-def _nice_top(value):
-    """Return the smallest of 1, 2, 2.5, 5 × a power of ten that ``value`` does not pass
-    (4 at least: the axis has four steps)."""
+def _nice_axis(value):
+    """Return ``(top, step)`` of an axis that reaches ``value``: at most five steps of 1,
+    2 or 5 × a power of ten (four steps of 1 at least)."""
     if value <= 4:
-        return 4
-    power = 10 ** math.floor(math.log10(value))
-    return next(factor * power for factor in (1, 2, 2.5, 5, 10) if factor * power >= value)
+        return 4, 1
+    power = 10 ** math.floor(math.log10(value / 5))
+    for factor in (1, 2, 5, 10):
+        steps = math.ceil(value / (factor * power))
+        if steps <= 5:
+            return steps * factor * power, factor * power
+    raise AssertionError(value)  # 10 × power always fits
 
 
 def _x_ticks(activity, band, window):

@@ -8,8 +8,10 @@ window, through the partial index on ended tasks. Nothing here writes.
 
 import datetime
 from dataclasses import dataclass
+from operator import itemgetter
 
 from django.db.models import (
+    Case,
     Count,
     DurationField,
     ExpressionWrapper,
@@ -20,8 +22,10 @@ from django.db.models import (
     Subquery,
     Sum,
     Value,
+    When,
 )
-from django.db.models.functions import Now, TruncMinute
+from django.db.models.functions import ExtractMinute, Now, TruncHour, TruncMinute
+from django.db.models.lookups import LessThan
 
 from atp.conf import conf
 from atp.models import Daemon, Instance, LogRecord, Task, Type
@@ -199,10 +203,10 @@ def _spans(names):
             for name in names}
 
 
-def _span_figures(names):
+def _span_figures(names, with_sum=True):
     """Return the aggregates that ``_histogram`` adds up: how many tasks ended, and for
     each span of ``names`` (aliased by ``_spans``) how many of those that started took at
-    most each bound, how many started, and their sum."""
+    most each bound, how many started, and (``with_sum``) their sum."""
     started = Q(started__isnull=False)
     figures = {"ended": Count("pk")}
     for name in names:
@@ -210,7 +214,8 @@ def _span_figures(names):
             figures[f"{name}_{index}"] = Count(
                 "pk", filter=started & Q(**{f"{name}__lte": datetime.timedelta(seconds=bound)}))
         figures[f"{name}_count"] = Count("pk", filter=started)
-        figures[f"{name}_sum"] = Sum(name, filter=started)
+        if with_sum:
+            figures[f"{name}_sum"] = Sum(name, filter=started)
     return figures
 
 
@@ -218,7 +223,7 @@ def _histogram(rows, name):
     """Add up the figures of ``name`` in ``rows`` (one per state) into one ``Histogram``."""
     buckets = tuple(sum(row[f"{name}_{index}"] for row in rows)
                     for index in range(len(BUCKET_BOUNDS_SECONDS)))
-    total = sum((row[f"{name}_sum"] for row in rows if row[f"{name}_sum"] is not None),
+    total = sum((row[f"{name}_sum"] for row in rows if row.get(f"{name}_sum") is not None),
                 datetime.timedelta())
     return Histogram(buckets, sum(row[f"{name}_count"] for row in rows), total.total_seconds())
 
@@ -260,20 +265,14 @@ def unserved_types(claimable_waiting):
 
 # The charts: the queue's history over a window, minute by minute.
 
-#: The history entries that move a task into the queue (ACCEPTED) or out of it: a claim
-#: (SCHEDULED), or a cancel of a task that waited (CANCELLED); their index lets the
-#: charts read only the window's entries.
-QUEUE_MOVES = (Status.ACCEPTED, Status.SCHEDULED, Status.CANCELLED)
-
-
 @dataclass(frozen=True)
 class Activity:
     """The queue over a window, one point per ``step``, oldest first: when each point's
     step began (``starts``, UTC); tasks that ``finished``, ``failed`` (for good) and were
     ``retried`` (went back to the queue after an attempt) in it; the ``depth`` of the
-    queue (tasks waiting to be claimed, delayed ones included) at the end of the step,
-    the highest of its minutes' ends; and a ``wait`` ``Histogram`` of the tasks that
-    ended in it (from creation to the start of their last attempt, as ``ended_spans``)."""
+    queue (tasks waiting to be claimed, delayed ones included) at its end; and a ``wait``
+    ``Histogram`` of the tasks that ended in it (from creation to the start of their last
+    attempt, as ``ended_spans``)."""
 
     starts: tuple
     step: datetime.timedelta
@@ -284,90 +283,102 @@ class Activity:
     wait: tuple
 
 
-def _minute(field):
-    return TruncMinute(field, tzinfo=datetime.UTC)
+MINUTE = datetime.timedelta(minutes=1)
 
 
 def activity(now, span, step, type_ids, waiting_now):
     """Return the ``Activity`` of the tasks of ``type_ids`` (None: every type) over the
-    ``span`` up to ``now`` (the database clock), a point per ``step`` (whole minutes that
-    divide an hour), the queue's depth reckoned back from ``waiting_now``: the tasks
-    waiting to be claimed now.
+    ``span`` up to ``now`` (the database clock), a point per ``step`` (a minute, or whole
+    minutes dividing an hour), the queue's depth reckoned back from ``waiting_now``: the
+    tasks waiting to be claimed now.
 
-    Three queries, each reading the window only: the tasks that ended in it (the index
-    on ended tasks, by type), and the history entries that move tasks into and out of
-    the queue (by state and time; a type's through their tasks). The depth at a
-    minute's end is the depth now, less the tasks that entered the queue since, plus
-    those that left it.
+    Three queries, each reading the window only, each grouped by point in the database:
+    the tasks that ended in it (the index on ended tasks, by type), and the history
+    entries that move tasks into and out of the queue (by state and time; a type's
+    through their tasks). The depth at the end of a point is the depth now, less the
+    tasks that entered the queue since, plus those that left it.
     """
-    minute, points = datetime.timedelta(minutes=1), int(span / step)
+    points = int(span / step)
     last = now.replace(second=0, microsecond=0)
-    last -= last.minute % int(step / minute) * minute
+    last -= last.minute % int(step / MINUTE) * MINUTE
     start = last - (points - 1) * step
     if type_ids is None:
         type_ids, moves = list(Type.objects.values_list("pk", flat=True)), LogRecord.objects.all()
     else:
         moves = LogRecord.objects.filter(instance__type_id__in=type_ids)
-    ended = list(
-        Instance.objects.filter(type_id__in=type_ids, status__in=TERMINAL, finished__gte=start)
-        .alias(**_spans(["wait"])).annotate(minute=_minute("finished"))
-        .values("minute", "status").annotate(**_span_figures(["wait"])).order_by()
-    )
-    entered, left, retried = _moves_by_minute(moves, start)
-    depths, depth = [], waiting_now
-    for index in range(int(span / minute) - 1, -1, -1):  # from the current minute back
-        depths.append(max(depth, 0))
-        at = start + index * minute
-        depth += left.get(at, 0) - entered.get(at, 0)
-    depths.reverse()
+    ends = Instance.objects.filter(type_id__in=type_ids, status__in=TERMINAL, finished__gte=start)
+    group, point_of = _by_point("finished", step)
+    ended = list(ends.alias(**_spans(["wait"])).annotate(**group).values(*group, "status")
+                 .annotate(**_span_figures(["wait"], with_sum=False)).order_by())
+    entered, left, retried = _moves_by_point(moves.filter(time__gte=start), step)
+
+    def index(start_of_point):
+        return (start_of_point - start) // step
 
     def summed(pairs):
         sums = [0] * points
         for at, count in pairs:
-            sums[(at - start) // step] += count
-        return tuple(sums)
+            sums[index(at)] += count
+        return sums
 
-    def ended_as(status):
-        return summed((row["minute"], row["ended"]) for row in ended if row["status"] == status)
-
+    finished, failed = ([0] * points for _ in range(2))
     waits = [[] for _ in range(points)]
     for row in ended:
-        waits[(row["minute"] - start) // step].append(row)
-    per_point = len(depths) // points
+        at = index(point_of(row))
+        waits[at].append(row)
+        for status, counts in ((Status.FINISHED, finished), (Status.FAILED, failed)):
+            counts[at] += row["ended"] if row["status"] == status else 0
+    moved = [come - gone for come, gone in zip(summed(entered.items()), summed(left.items()), strict=True)]
+    depth, depths = waiting_now, []
+    for at in range(points - 1, -1, -1):  # from the current point back
+        depths.append(max(depth, 0))
+        depth -= moved[at]
     return Activity(
-        starts=tuple(start + index * step for index in range(points)), step=step,
-        finished=ended_as(Status.FINISHED), failed=ended_as(Status.FAILED),
-        retried=summed(retried.items()),
-        depth=tuple(max(depths[index * per_point:(index + 1) * per_point]) for index in range(points)),
-        wait=tuple(_histogram(rows, "wait") for rows in waits),
+        starts=tuple(start + at * step for at in range(points)), step=step,
+        finished=tuple(finished), failed=tuple(failed), retried=tuple(summed(retried.items())),
+        depth=tuple(reversed(depths)), wait=tuple(_histogram(rows, "wait") for rows in waits),
     )
 
 
-def _moves_by_minute(moves, start):
-    """Return ``({minute: count}, {minute: count}, {minute: count})``: the tasks of the
-    history entries ``moves`` that entered the queue, left it, and were retried in each
-    minute since ``start``."""
-    recent = moves.filter(time__gte=start)
+def _by_point(field, step):
+    """Return the annotations that group rows by the point of ``step`` their ``field``
+    falls in, and how to read the start of a row's point from them (all in UTC, whose
+    quarters of an hour are those of every time zone's)."""
+    if step == MINUTE:
+        return {"at": TruncMinute(field, tzinfo=datetime.UTC)}, itemgetter("at")
+    each = int(step / MINUTE)
+    minute = ExtractMinute(field, tzinfo=datetime.UTC)
+    first = Case(*(When(LessThan(minute, begins + each), then=Value(begins))
+                   for begins in range(0, 60 - each, each)), default=Value(60 - each))
+    group = {"hour": TruncHour(field, tzinfo=datetime.UTC), "first": first}
+    return group, lambda row: row["hour"] + row["first"] * MINUTE
+
+
+def _moves_by_point(recent, step):
+    """Return ``({start: count}, {start: count}, {start: count})``: the tasks of the
+    history entries ``recent`` that entered the queue, left it, and were retried in each
+    point of ``step``."""
+    group, point_of = _by_point("time", step)
     rows = (
-        recent.filter(status__in=[Status.ACCEPTED, Status.SCHEDULED])
-        .annotate(minute=_minute("time")).values("minute", "status")
+        recent.filter(status__in=[Status.ACCEPTED, Status.SCHEDULED]).annotate(**group)
+        .values(*group, "status")
         .annotate(count=Count("pk"), retried=Count("pk", filter=Q(attempt__gt=0))).order_by()
     )
     entered, left, retried = {}, {}, {}
     for row in rows:
         if row["status"] == Status.ACCEPTED:
-            entered[row["minute"]], retried[row["minute"]] = row["count"], row["retried"]
+            entered[point_of(row)], retried[point_of(row)] = row["count"], row["retried"]
         else:
-            left[row["minute"]] = row["count"]
+            left[point_of(row)] = row["count"]
     # A cancel takes a task out of the queue only if it waited there: its state before
     # was ACCEPTED (the entry before it in its own history, by the timeline index).
     before = (LogRecord.objects.filter(instance_id=OuterRef("instance_id"), id__lt=OuterRef("pk"),
                                        status__isnull=False).order_by("-id").values("status")[:1])
     cancels = (
         recent.filter(status=Status.CANCELLED).alias(before=Subquery(before))
-        .filter(before=Status.ACCEPTED).annotate(minute=_minute("time"))
-        .values("minute").annotate(count=Count("pk")).order_by()
+        .filter(before=Status.ACCEPTED).annotate(**group).values(*group)
+        .annotate(count=Count("pk")).order_by()
     )
     for row in cancels:
-        left[row["minute"]] = left.get(row["minute"], 0) + row["count"]
+        left[point_of(row)] = left.get(point_of(row), 0) + row["count"]
     return entered, left, retried

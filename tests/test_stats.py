@@ -160,6 +160,13 @@ def history(noop_type, daemon):
     return now, m0
 
 
+def waiting(minutes):
+    """How many tasks of ``history``'s type wait at the end of the minute m0 - ``minutes``:
+    the old task throughout, B from m0-20 on, A from m0-20 to m0-11, C from m0-5 to
+    m0-4, E in the current minute."""
+    return 1 + (minutes <= 20) + (11 <= minutes <= 20) + (4 <= minutes <= 5) + (minutes == 0)
+
+
 def test_activity_counts_the_windows_ends_retries_waits_and_queue_by_minute(history, noop_type):
     now, m0 = history
     hour = stats.activity(now, datetime.timedelta(hours=1), MINUTE, [noop_type.pk], waiting_now=3)
@@ -168,11 +175,7 @@ def test_activity_counts_the_windows_ends_retries_waits_and_queue_by_minute(hist
     assert hour.finished[ago[10]] == 1 and sum(hour.finished) == 1
     assert sum(hour.failed) == 0  # E failed, but was retried: it is no longer failed
     assert hour.retried[ago[0]] == 1 and sum(hour.retried) == 1
-    # Waiting at each minute's end: the old task throughout, B from m0-20 on, A from
-    # m0-20 to m0-11, C from m0-5 to m0-4, E in the current minute.
-    expected = [1 + (minutes <= 20) + (11 <= minutes <= 20) + (4 <= minutes <= 5) + (minutes == 0)
-                for minutes in range(59, -1, -1)]
-    assert list(hour.depth) == expected
+    assert list(hour.depth) == [waiting(minutes) for minutes in range(59, -1, -1)]
     wait = hour.wait[ago[10]]
     assert wait.count == 1 and wait.quantile(0.5) == pytest.approx(600, rel=0.01)
     assert hour.wait[ago[0]].count == 1  # D, which started
@@ -188,5 +191,7 @@ def test_activity_of_every_type_and_over_a_day(history, noop_type):
     [point] = [index for index, start in enumerate(day.starts)
                if start <= m0 - 10 * MINUTE < start + quarter]
     assert day.finished[point] == 1 and sum(day.finished) == 1 and sum(day.retried) == 1
-    assert max(day.depth) == 3  # A and B waiting, with the old task: the most at a minute's end
-    assert day.wait[point].count == 1
+    for start, depth in zip(day.starts, day.depth, strict=True):  # at the end of each point
+        minutes = max(0, (m0 - (start + quarter - MINUTE)) // MINUTE)
+        assert depth == (waiting(minutes) if minutes < 60 else 1), start
+    assert day.wait[point].count == 1 + (point == len(day.starts) - 1)  # D ended in the last

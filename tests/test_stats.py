@@ -195,3 +195,45 @@ def test_activity_of_every_type_and_over_a_day(history, noop_type):
         minutes = max(0, (m0 - (start + quarter - MINUTE)) // MINUTE)
         assert depth == (waiting(minutes) if minutes < 60 else 1), start
     assert day.wait[point].count == 1 + (point == len(day.starts) - 1)  # D ended in the last
+
+
+@pytest.mark.slow
+def test_the_charts_queries_read_the_window_through_indexes_with_a_million_history_rows(
+        postgres_only, noop_type, daemon):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from atp.db import database_now
+
+    TaskFactory(type=noop_type, status=Status.FINISHED, daemon=daemon)
+    with connection.cursor() as cursor:
+        # 200,000 tasks that ended days ago, with 5 history entries each.
+        cursor.execute(
+            """
+            INSERT INTO atp_instance (type_id, identifier, named, status, priority, attempt,
+                restarts, retries, progress_message, created, updated, started, finished)
+            SELECT %s, 'old-' || n, false, 'FINISHED', 0, 1, 0, 0, '', ts, ts, ts, ts
+            FROM (SELECT n, now() - interval '3 days' - n * interval '1 s' AS ts
+                  FROM generate_series(1, 200000) AS n) AS s
+            """, [noop_type.pk])
+        cursor.execute(
+            """
+            INSERT INTO atp_logrecord (instance_id, time, status, attempt, message, daemon, actor)
+            SELECT i.id, i.created, (ARRAY['ACCEPTED', 'SCHEDULED', 'RUNNING', NULL, 'FINISHED'])[k],
+                   1, '', '', ''
+            FROM atp_instance AS i, generate_series(1, 5) AS k WHERE i.identifier LIKE 'old-%%'
+            """)
+        cursor.execute("ANALYZE atp_instance")
+        cursor.execute("ANALYZE atp_logrecord")
+        cursor.execute("RESET ALL")  # the planner as it chooses: not the claim's settings
+    for type_ids in (None, [noop_type.pk]):
+        for span, step in ((datetime.timedelta(hours=1), MINUTE), (datetime.timedelta(days=1), 15 * MINUTE)):
+            with CaptureQueriesContext(connection) as queries:
+                shown = stats.activity(database_now("default"), span, step, type_ids, waiting_now=0)
+            assert sum(shown.finished) == 1
+            for query in queries.captured_queries:
+                if "atp_logrecord" in query["sql"] or "atp_instance" in query["sql"]:
+                    with connection.cursor() as cursor:
+                        cursor.execute(f"EXPLAIN {query['sql']}")
+                        plan = "\n".join(row[0] for row in cursor.fetchall())
+                    assert "Seq Scan" not in plan, plan

@@ -150,7 +150,7 @@ def _wait(activity, window, times):
         value = min(max(value, low), high)
         return HEIGHT - BOTTOM - (math.log10(value) - math.log10(low)) / span * (HEIGHT - BOTTOM - TOP)
 
-    ticks = tuple((scale(tick), label) for tick, label in WAIT_TICKS if low <= tick <= high)
+    ticks = tuple((round(scale(tick), 2), label) for tick, label in WAIT_TICKS if low <= tick <= high)
     points = []
     for index, (label, histogram) in enumerate(zip(times, activity.wait, strict=True)):
         p50, p95 = quantiles["p50"][index], quantiles["p95"][index]

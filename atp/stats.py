@@ -1,9 +1,10 @@
-"""Read-only figures about the queue, for the dashboard, the admin, the metrics, the
-health probe and operators.
+"""Read-only figures about the queue, for the dashboard, its charts, the admin, the
+metrics, the health probe and operators.
 
 Each query reads something small however many ended tasks are kept: live tasks are
 counted through the queue table (which holds only them), ended ones only for a recent
-window, through the partial index on ended tasks. Nothing here writes.
+window, through the partial index on ended tasks, and the history only for a window,
+through its index by state and time. Nothing here writes.
 """
 
 import datetime
@@ -263,7 +264,7 @@ def unserved_types(claimable_waiting):
     return unserved
 
 
-# The charts: the queue's history over a window, minute by minute.
+# The charts: the queue's history over a window, point by point.
 
 @dataclass(frozen=True)
 class Activity:
@@ -272,7 +273,7 @@ class Activity:
     ``retried`` (went back to the queue after an attempt) in it; the ``depth`` of the
     queue (tasks waiting to be claimed, delayed ones included) at its end; and a ``wait``
     ``Histogram`` of the tasks that ended in it (from creation to the start of their last
-    attempt, as ``ended_spans``)."""
+    attempt, as ``ended_spans``; its ``sum_seconds`` is not read, and left at 0)."""
 
     starts: tuple
     step: datetime.timedelta

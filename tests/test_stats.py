@@ -237,3 +237,22 @@ def test_the_charts_queries_read_the_window_through_indexes_with_a_million_histo
                         cursor.execute(f"EXPLAIN {query['sql']}")
                         plan = "\n".join(row[0] for row in cursor.fetchall())
                     assert "Seq Scan" not in plan, plan
+
+
+def test_the_charts_queries_search_indexes_on_sqlite(noop_type):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from atp.db import database_now
+
+    if connection.vendor != "sqlite":
+        pytest.skip("SQLite's plans (PostgreSQL's: the test above)")
+    for type_ids in (None, [noop_type.pk]):
+        with CaptureQueriesContext(connection) as queries:
+            stats.activity(database_now("default"), datetime.timedelta(days=1), 15 * MINUTE, type_ids, 0)
+        for query in queries.captured_queries:
+            with connection.cursor() as cursor:
+                cursor.execute(f"EXPLAIN QUERY PLAN {query['sql']}")
+                steps = [row[-1] for row in cursor.fetchall()]
+            assert not [step for step in steps if step.startswith("SCAN atp_logrecord")
+                        or step.startswith("SCAN atp_instance")], steps

@@ -113,7 +113,8 @@ def _throughput(activity, window, times):
     series = [Series(key, key, description,
                      tuple(count / per_minute for count in getattr(activity, key)))
               for key, description in names.items()]
-    axis = _nice_axis(max(max(s.values) for s in series))
+    # Over a day, rates per minute below 1 are common: their axis may end lower.
+    axis = _nice_axis(max(max(s.values) for s in series), smallest=4 if per_minute == 1 else 0.4)
     points = []
     for index, label in enumerate(times):
         counts = {key: getattr(activity, key)[index] for key in names}
@@ -203,11 +204,11 @@ def _linear_ticks(axis):
     return tuple((round(scale(step * n), 2), _number(step * n)) for n in range(round(top / step) + 1))
 
 
-def _nice_axis(value):
+def _nice_axis(value, smallest=4):
     """Return ``(top, step)`` of an axis that reaches ``value``: at most five steps of 1,
-    2 or 5 × a power of ten (four steps of 1 at least)."""
-    if value <= 4:
-        return 4, 1
+    2 or 5 × a power of ten, and four steps up to ``smallest`` at least."""
+    if value <= smallest:
+        return smallest, smallest / 4
     power = 10 ** math.floor(math.log10(value / 5))
     for factor in (1, 2, 5, 10):
         steps = math.ceil(value / (factor * power))
@@ -237,7 +238,8 @@ def _label_of(start, window):
 
 
 def _number(value):
-    return f"{value:.0f}" if value == int(value) else f"{value:.1f}" if value >= 1 else f"{value:.2f}"
+    value = round(value, 2)
+    return f"{value:.0f}" if value == int(value) else f"{value:g}"
 
 
 def _seconds(value):

@@ -68,3 +68,10 @@ def test_the_wait_line_breaks_where_no_task_ended():
                                          (23, (25, 5)), (240, (250, 50)), (1000, (1000, 200))])
 def test_axes_end_at_a_round_figure_in_at_most_five_steps(value, axis):
     assert charts._nice_axis(value) == axis
+
+
+def test_a_days_low_rates_get_an_axis_of_their_own():
+    drawn = by_key(charts.draw(activity(96, step=15 * MINUTE, finished=(2,) + (0,) * 95),
+                               charts.WINDOWS["day"]))
+    assert [label for _, label in drawn["throughput"].y_ticks] == ["0", "0.1", "0.2", "0.3", "0.4"]
+    assert "per minute: 0.13, 0, 0" in drawn["throughput"].points[0].title

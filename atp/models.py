@@ -422,7 +422,14 @@ class LogRecord(models.Model):
 
     class Meta:
         ordering = ["id"]
-        indexes = [models.Index(fields=["instance", "id"], name="atp_logrecord_timeline_idx")]
+        indexes = [
+            models.Index(fields=["instance", "id"], name="atp_logrecord_timeline_idx"),
+            # The charts (atp.stats.activity): the entries of a state in a window, and
+            # their attempts (a retry is an ACCEPTED entry after an attempt), read from
+            # the index alone. No condition: SQLite would match one only against literal
+            # states, and Django binds them as parameters.
+            models.Index(fields=["status", "time", "attempt"], name="atp_logrecord_moves_idx"),
+        ]
 
     def __str__(self):
         return f"task #{self.instance_id} {self.status or 'message'}"

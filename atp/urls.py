@@ -8,7 +8,7 @@ from atp.views.dashboard import dashboard
 from atp.views.headers import with_page_headers
 from atp.views.probes import health, metrics
 from atp.views.tasks import task_action, task_detail, task_list, task_response, task_status
-from atp.views.types import type_action
+from atp.views.types import type_action, type_detail
 
 app_name = "atp"
 
@@ -30,6 +30,7 @@ urlpatterns = [
     page("tasks/<atp_task_id:pk>/<slug:verb>/", task_action, "task_action"),
     # A type's number too: no key column holds more than 18 digits (Django 4.2 on SQLite
     # fails with OverflowError on a longer <int:pk>).
+    page("types/<atp_task_id:pk>/", type_detail, "type_detail"),
     page("types/<atp_task_id:pk>/<slug:verb>/", type_action, "type_action"),
     page("metrics", metrics, "metrics"),
     page("health", health, "health"),

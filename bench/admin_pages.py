@@ -1,6 +1,6 @@
 """Time the monitoring pages with a million tasks: the admin's task list, a filtered
-list, a task's page, atp's dashboard and task list, the Prometheus metrics and the
-health probe.
+list, a task's page, atp's dashboard (with its charts of the last hour, and of the last
+day), a type's page, the task list, the Prometheus metrics and the health probe.
 
     python -m bench.admin_pages [--tasks 1000000] [--history 5]
 
@@ -118,7 +118,11 @@ def main():
         ("admin task page", f"/admin/atp/instance/{failed}/change/"),
         ("admin history list", "/admin/atp/logrecord/"),
         ("admin inputs list", "/admin/atp/inputs/"),
-        ("dashboard", "/atp/"),
+        ("dashboard (charts of the last hour)", "/atp/"),
+        ("dashboard, charts of the last day", "/atp/?window=day"),
+        ("dashboard, its refresh", "/atp/?partial=1&window=hour"),
+        ("type page (charts of the last hour)", f"/atp/types/{kind.pk}/"),
+        ("type page, charts of the last day", f"/atp/types/{kind.pk}/?window=day"),
         ("task list, filtered", "/atp/tasks/?type=bench.kind1&status=FAILED"),
         ("task page", f"/atp/tasks/{failed}/"),
         ("Prometheus metrics", "/atp/metrics"),

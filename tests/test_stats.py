@@ -99,3 +99,160 @@ def test_daemons_gone_with_leases_are_the_silent_or_stopped_ones_that_hold_tasks
     Daemon.objects.filter(pk=stopped.pk).update(stopped=Now())  # as a bug would leave it
     assert [(d.pk, d.held) for d in stats.daemons_gone_with_leases()] == [
         (holding.pk, 1), (stopped.pk, 1)]
+
+
+def test_a_histogram_estimates_its_quantiles_within_its_buckets():
+    one_second = stats.BUCKET_BOUNDS_SECONDS.index(1)
+    histogram = stats.Histogram(tuple(0 if index < one_second else 4
+                                      for index in range(len(stats.BUCKET_BOUNDS_SECONDS))), 4, 3.0)
+    assert histogram.quantile(0.5) == pytest.approx(0.75)  # all in (0.5, 1]: halfway through
+    assert stats.Histogram((0,) * len(stats.BUCKET_BOUNDS_SECONDS), 0, 0.0).quantile(0.5) is None
+    beyond = stats.Histogram((0,) * len(stats.BUCKET_BOUNDS_SECONDS), 2, 99999.0)
+    assert beyond.quantile(0.95) == stats.BUCKET_BOUNDS_SECONDS[-1]
+
+
+MINUTE = datetime.timedelta(minutes=1)
+
+
+def place(task, **times):
+    """Date ``task``'s history entries, by state (``ACCEPTED=...``), and its own times."""
+    from atp.models import LogRecord
+
+    for status, when in times.items():
+        if status.isupper():
+            LogRecord.objects.filter(instance=task, status=status).update(time=when)
+    Instance.objects.filter(pk=task.pk).update(**{name: when for name, when in times.items() if name.islower()})
+
+
+@pytest.fixture
+def history(noop_type, daemon):
+    """Tasks whose history lies at known minutes before ``now``: returns ``(now, m0)``,
+    ``m0`` the start of the current minute."""
+    from atp.db import database_now
+
+    now = database_now("default")
+    m0 = now.replace(second=0, microsecond=0)
+    second = datetime.timedelta(seconds=1)
+    # A: waited from m0-20 to m0-10, then ran and finished there.
+    ran = TaskFactory(type=noop_type, status=Status.FINISHED, daemon=daemon)
+    place(ran, ACCEPTED=m0 - 20 * MINUTE + second, created=m0 - 20 * MINUTE + second,
+          SCHEDULED=m0 - 10 * MINUTE + second, RUNNING=m0 - 10 * MINUTE + second,
+          started=m0 - 10 * MINUTE + second, FINISHED=m0 - 10 * MINUTE + 2 * second,
+          finished=m0 - 10 * MINUTE + 2 * second)
+    # B: waits since m0-20.
+    place(atp.enqueue("tests.noop"), ACCEPTED=m0 - 20 * MINUTE + 2 * second)
+    # C: waited from m0-5, cancelled at m0-3: it left the queue then.
+    cancelled = atp.enqueue("tests.noop")
+    atp.cancel(cancelled)
+    place(cancelled, ACCEPTED=m0 - 5 * MINUTE, CANCELLED=m0 - 3 * MINUTE, finished=m0 - 3 * MINUTE)
+    # D: ran and was cancelled while running (not a move out of the queue), all in m0.
+    running = TaskFactory(type=noop_type, status=Status.RUNNING, daemon=daemon)
+    atp.cancel(running)
+    place(running, ACCEPTED=m0, SCHEDULED=m0, RUNNING=m0, CANCELLED=m0, started=m0, finished=m0)
+    # E: failed, then an operator retried it: it waits again, since m0.
+    retried = TaskFactory(type=noop_type, status=Status.FAILED, daemon=daemon)
+    atp.reenqueue(retried)
+    place(retried, ACCEPTED=m0, SCHEDULED=m0, RUNNING=m0, FAILED=m0)
+    # An old entry, out of every window; and another type's task, waiting since m0-30.
+    place(atp.enqueue("tests.noop"), ACCEPTED=m0 - datetime.timedelta(days=3))
+    atp.register_task_type("tests.echo", "tests.handlers.echo")
+    place(atp.enqueue("tests.echo"), ACCEPTED=m0 - 30 * MINUTE)
+    return now, m0
+
+
+def waiting(minutes):
+    """How many tasks of ``history``'s type wait at the end of the minute m0 - ``minutes``:
+    the old task throughout, B from m0-20 on, A from m0-20 to m0-11, C from m0-5 to
+    m0-4, E in the current minute."""
+    return 1 + (minutes <= 20) + (11 <= minutes <= 20) + (4 <= minutes <= 5) + (minutes == 0)
+
+
+def test_activity_counts_the_windows_ends_retries_waits_and_queue_by_minute(history, noop_type):
+    now, m0 = history
+    hour = stats.activity(now, datetime.timedelta(hours=1), MINUTE, [noop_type.pk], waiting_now=3)
+    assert len(hour.starts) == 60 and hour.starts[-1] == m0 and hour.step == MINUTE
+    ago = {minutes: 59 - minutes for minutes in range(60)}  # the point of m0 - minutes
+    assert hour.finished[ago[10]] == 1 and sum(hour.finished) == 1
+    assert sum(hour.failed) == 0  # E failed, but was retried: it is no longer failed
+    assert hour.retried[ago[0]] == 1 and sum(hour.retried) == 1
+    assert list(hour.depth) == [waiting(minutes) for minutes in range(59, -1, -1)]
+    wait = hour.wait[ago[10]]
+    assert wait.count == 1 and wait.quantile(0.5) == pytest.approx(600, rel=0.01)
+    assert hour.wait[ago[0]].count == 1  # D, which started
+
+
+def test_activity_of_every_type_and_over_a_day(history, noop_type):
+    now, m0 = history
+    everything = stats.activity(now, datetime.timedelta(hours=1), MINUTE, None, waiting_now=4)
+    assert everything.depth[-31] == 2 and everything.depth[-32] == 1  # echo's task came at m0-30
+    quarter = 15 * MINUTE
+    day = stats.activity(now, datetime.timedelta(days=1), quarter, [noop_type.pk], waiting_now=3)
+    assert len(day.starts) == 96 and day.starts[-1] <= m0 < day.starts[-1] + quarter
+    [point] = [index for index, start in enumerate(day.starts)
+               if start <= m0 - 10 * MINUTE < start + quarter]
+    assert day.finished[point] == 1 and sum(day.finished) == 1 and sum(day.retried) == 1
+    for start, depth in zip(day.starts, day.depth, strict=True):  # at the end of each point
+        minutes = max(0, (m0 - (start + quarter - MINUTE)) // MINUTE)
+        assert depth == (waiting(minutes) if minutes < 60 else 1), start
+    assert day.wait[point].count == 1 + (point == len(day.starts) - 1)  # D ended in the last
+
+
+@pytest.mark.slow
+def test_the_charts_queries_read_the_window_through_indexes_with_a_million_history_rows(
+        postgres_only, noop_type, daemon):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from atp.db import database_now
+
+    TaskFactory(type=noop_type, status=Status.FINISHED, daemon=daemon)
+    with connection.cursor() as cursor:
+        # 200,000 tasks that ended days ago, with 5 history entries each.
+        cursor.execute(
+            """
+            INSERT INTO atp_instance (type_id, identifier, named, status, priority, attempt,
+                restarts, retries, progress_message, created, updated, started, finished)
+            SELECT %s, 'old-' || n, false, 'FINISHED', 0, 1, 0, 0, '', ts, ts, ts, ts
+            FROM (SELECT n, now() - interval '3 days' - n * interval '1 s' AS ts
+                  FROM generate_series(1, 200000) AS n) AS s
+            """, [noop_type.pk])
+        cursor.execute(
+            """
+            INSERT INTO atp_logrecord (instance_id, time, status, attempt, message, daemon, actor)
+            SELECT i.id, i.created, (ARRAY['ACCEPTED', 'SCHEDULED', 'RUNNING', NULL, 'FINISHED'])[k],
+                   1, '', '', ''
+            FROM atp_instance AS i, generate_series(1, 5) AS k WHERE i.identifier LIKE 'old-%%'
+            """)
+        cursor.execute("ANALYZE atp_instance")
+        cursor.execute("ANALYZE atp_logrecord")
+        cursor.execute("RESET ALL")  # the planner as it chooses: not the claim's settings
+    for type_ids in (None, [noop_type.pk]):
+        for span, step in ((datetime.timedelta(hours=1), MINUTE), (datetime.timedelta(days=1), 15 * MINUTE)):
+            with CaptureQueriesContext(connection) as queries:
+                shown = stats.activity(database_now("default"), span, step, type_ids, waiting_now=0)
+            assert sum(shown.finished) == 1
+            for query in queries.captured_queries:
+                if "atp_logrecord" in query["sql"] or "atp_instance" in query["sql"]:
+                    with connection.cursor() as cursor:
+                        cursor.execute(f"EXPLAIN {query['sql']}")
+                        plan = "\n".join(row[0] for row in cursor.fetchall())
+                    assert "Seq Scan" not in plan, plan
+
+
+def test_the_charts_queries_search_indexes_on_sqlite(noop_type):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from atp.db import database_now
+
+    if connection.vendor != "sqlite":
+        pytest.skip("SQLite's plans (PostgreSQL's: the test above)")
+    for type_ids in (None, [noop_type.pk]):
+        with CaptureQueriesContext(connection) as queries:
+            stats.activity(database_now("default"), datetime.timedelta(days=1), 15 * MINUTE, type_ids, 0)
+        for query in queries.captured_queries:
+            with connection.cursor() as cursor:
+                cursor.execute(f"EXPLAIN QUERY PLAN {query['sql']}")
+                steps = [row[-1] for row in cursor.fetchall()]
+            assert not [step for step in steps if step.startswith("SCAN atp_logrecord")
+                        or step.startswith("SCAN atp_instance")], steps

@@ -4,7 +4,7 @@ import datetime
 
 from django import template
 from django.utils import timezone
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
 from atp.presentation import excerpt as failure_excerpt
@@ -80,3 +80,14 @@ def age(value, now=None):
         return ""
     # ``value`` comes from the database clock, ``now`` from this host's: never below 0.
     return format_duration(max((now or timezone.now()) - value, datetime.timedelta(0)))
+
+
+@register.simple_tag
+def chart_points(chart):
+    """Return the points of a chart (``atp.charts``) as SVG: a band each, its figures in
+    ``data-`` attributes and said in its ``<title>``. Written here rather than in a
+    template loop: a day's charts have hundreds of them, refreshed every few seconds."""
+    return format_html_join("", '<rect class="atp-point" x="{}" y="{}" width="{}" height="{}"{}><title>{}</title></rect>', (
+        (point.x, chart.top, point.width, chart.plot_height,
+         format_html_join("", ' data-{}="{}"', point.data), point.title)
+        for point in chart.points))

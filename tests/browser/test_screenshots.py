@@ -1,5 +1,6 @@
 """The screenshots in docs/images: the pages of a busy system, taken by ``make screenshots``."""
 
+import datetime
 import os
 
 import pytest
@@ -9,12 +10,41 @@ import atp
 from atp.models import Instance
 from atp.states import Status
 from tests.browser.conftest import screenshot
+from tests.factories import TaskFactory
 from tests.processes import wait_until
 
 pytestmark = [
     pytest.mark.slow, pytest.mark.django_db(transaction=True),
     pytest.mark.skipif(not os.environ.get("ATP_SCREENSHOTS"), reason="set ATP_SCREENSHOTS to a folder"),
 ]
+
+
+def ran_over_the_last_hour(identifiers, count=360):
+    """Tasks that ran one after the other over the last hour, a backlog half an hour ago
+    and a few failures and retries, so that the charts have a past to draw: each is run
+    through the queue verbs, then its history moved back in time."""
+    from django.db.models import F
+
+    from atp import engine
+    from atp.models import LogRecord, Type
+
+    types = [Type.objects.get(identifier=identifier) for identifier in identifiers]
+    daemon = engine.register_daemon(workers=3)
+    for n in range(count):
+        status = Status.FAILED if n % 37 == 5 or n % 29 == 3 else Status.FINISHED
+        task = TaskFactory(type=types[n % len(types)], status=status, daemon=daemon)
+        if n % 29 == 3:  # retried by an operator, then cancelled
+            atp.reenqueue(task)
+            atp.cancel(task)
+        ago = datetime.timedelta(seconds=3600 * (count - n) / count)
+        backlog = datetime.timedelta(seconds=max(0, 240 - abs(n - count // 2) * 6) + 0.2 * (n % 7))
+        records = LogRecord.objects.filter(instance=task)
+        records.filter(status=Status.ACCEPTED, attempt=0).update(time=F("time") - ago - backlog)
+        records.exclude(status=Status.ACCEPTED, attempt=0).update(time=F("time") - ago)
+        Instance.objects.filter(pk=task.pk).update(
+            created=F("created") - ago - backlog, started=F("started") - ago,
+            finished=F("finished") - ago)
+    engine.retire_daemon(daemon)
 
 
 def test_screenshots_of_a_busy_system(logged_in, live_server, start_daemon):
@@ -24,6 +54,7 @@ def test_screenshots_of_a_busy_system(logged_in, live_server, start_daemon):
     Type.objects.filter(identifier__startswith="tests.").delete()  # the test suite's own
     sync_declared_types()
     Type.objects.filter(identifier__startswith="tests.").delete()
+    ran_over_the_last_hour(["demo.render", "demo.primes"])
     for number in range(6):
         atp.enqueue("demo.render", {"title": f"chart {number}", "values": [number, 3, 5, 2]})
         atp.enqueue("demo.primes", {"limit": 50_000 * (number + 1)})
@@ -43,6 +74,10 @@ def test_screenshots_of_a_busy_system(logged_in, live_server, start_daemon):
     logged_in.goto(f"{live_server.url}/atp/")
     expect(logged_in.locator("#atp-daemons")).to_contain_text("3")
     screenshot(logged_in, "dashboard")
+    charts = logged_in.locator("#atp-charts")
+    charts.scroll_into_view_if_needed()
+    if os.environ.get("ATP_SCREENSHOTS"):
+        charts.screenshot(path=os.path.join(os.environ["ATP_SCREENSHOTS"], "charts.png"))
     logged_in.goto(f"{live_server.url}/atp/tasks/{watched.pk}/")
     screenshot(logged_in, "task-detail")
     logged_in.goto(f"{live_server.url}/admin/atp/instance/")

@@ -19,10 +19,12 @@ def task(noop_type):
     return instance
 
 
-def pages(pk):
+def pages(task):
+    pk, type_pk = task.pk, task.type_id
     return [
-        "/atp/", "/atp/?partial=1", "/atp/tasks/", f"/atp/tasks/{pk}/",
-        f"/atp/tasks/{pk}/?partial=1", f"/atp/tasks/{pk}.json",
+        "/atp/", "/atp/?partial=1", "/atp/?window=day", "/atp/tasks/", f"/atp/tasks/{pk}/",
+        f"/atp/tasks/{pk}/?partial=1", f"/atp/tasks/{pk}.json", f"/atp/types/{type_pk}/",
+        f"/atp/types/{type_pk}/?partial=1&window=day",
     ]
 
 
@@ -34,7 +36,7 @@ CHANGES = {"can change", "superuser"}
 @pytest.mark.parametrize("role", ROLES)
 def test_pages_are_for_staff_who_may_view_tasks(log_in, task, role):
     client = log_in(role)
-    for url in pages(task.pk):
+    for url in pages(task):
         response = client.get(url)
         if role == "anonymous":
             assert response.status_code == 302, url

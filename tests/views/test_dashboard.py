@@ -50,7 +50,7 @@ def test_the_dashboard_shows_the_waiting_queue_and_live_daemons(log_in, noop_typ
 
 def test_the_dashboard_refreshes_itself(log_in):
     page = log_in("view only").get("/atp/").content.decode()
-    assert 'data-atp-refresh="/atp/?partial=1"' in page and "atp/live.js" in page
+    assert 'data-atp-refresh="/atp/?partial=1&amp;window=hour"' in page and "atp/live.js" in page
 
 
 def test_types_are_paused_resumed_and_purged_from_the_dashboard(log_in, noop_type):

@@ -56,6 +56,7 @@ def pages(noop_type):
         "dashboard": {}, "task_list": {}, "task_bulk": {}, "task_detail": {"pk": task.pk},
         "task_status": {"pk": task.pk}, "task_response": {"pk": task.pk},
         "task_action": {"pk": task.pk, "verb": "pause"},
+        "type_detail": {"pk": noop_type.pk},
         "type_action": {"pk": noop_type.pk, "verb": "pause"},
         "metrics": {}, "health": {},
     }

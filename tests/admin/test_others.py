@@ -65,3 +65,11 @@ def test_the_queue_counts_its_entries_by_name(log_in, noop_type):
     atp.enqueue_many("tests.noop", [{}] * 2)
     page = log_in("superuser").get("/admin/atp/task/").content.decode()
     assert "2 queue entries" in page and "2 queue<" not in page
+
+
+def test_a_tasks_history_on_its_page_says_its_time_zone(log_in, noop_type):
+    import atp
+
+    task = atp.enqueue("tests.noop")
+    page = log_in("superuser").get(f"/admin/atp/instance/{task.pk}/change/").content.decode()
+    assert "<th>time (UTC)</th>" in page

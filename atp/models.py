@@ -470,7 +470,7 @@ class Task(ConditionalIndexes, models.Model):
 
     class Meta:
         verbose_name = "queue entry"
-        verbose_name_plural = "queue"
+        verbose_name_plural = "queue entries"
         constraints = [
             models.UniqueConstraint(
                 fields=["type", "identifier"], name="atp_task_live_identifier_uniq"

@@ -3,7 +3,9 @@
 Shared by the admin and atp's own pages; the HTML snippets are in ``templatetags.atp``.
 """
 
+import datetime
 import json
+import zoneinfo
 from dataclasses import dataclass
 
 from django.db.models import OuterRef, Subquery
@@ -44,6 +46,19 @@ def format_duration(delta):
 class TimelineRow:
     record: object
     spent: object = None  # how long the task stayed in the state this record entered
+
+
+def seconds_in_zone(moment, zone=""):
+    """Return ``moment`` to the second with its time zone's name, ``2026-11-26 08:00:00
+    CET``: in the time zone named ``zone`` (such as a schedule's; empty: UTC), or in the
+    current one when ``zone`` is None."""
+    if moment is None:
+        return ""
+    if zone is None:
+        local = timezone.localtime(moment)
+    else:
+        local = moment.astimezone(zoneinfo.ZoneInfo(zone) if zone else datetime.UTC)
+    return f"{local:%Y-%m-%d %H:%M:%S} {local.tzname()}"
 
 
 def timeline(records, status=None, now=None):

@@ -29,7 +29,7 @@ from django.db.models.functions import ExtractMinute, Now, TruncHour, TruncMinut
 from django.db.models.lookups import LessThan
 
 from atp.conf import conf
-from atp.models import Daemon, Instance, LogRecord, Task, Type
+from atp.models import Batch, Daemon, Instance, LogRecord, Schedule, Task, Type
 from atp.states import LIVE, TERMINAL, Status
 
 #: How far back the dashboard counts ended tasks.
@@ -93,10 +93,31 @@ def waiting_by_type():
     return {row["type_id"]: Waiting(row["runnable"], row["delayed"], row["oldest"]) for row in rows}
 
 
-def _is_live(prefix=""):
-    """Return the condition of a daemon heard from within ``ATP_DAEMON_TIMEOUT_SECONDS``."""
-    timeout = datetime.timedelta(seconds=conf.DAEMON_TIMEOUT_SECONDS)
+#: The share of ``ATP_DAEMON_TIMEOUT_SECONDS`` after which a daemon not heard from is
+#: shown as silent: still live (its tasks stay with it), but perhaps gone.
+SILENT_SHARE = 0.5
+
+
+def _is_live(prefix="", share=1.0):
+    """Return the condition of a daemon heard from within ``ATP_DAEMON_TIMEOUT_SECONDS``
+    (or ``share`` of it)."""
+    timeout = datetime.timedelta(seconds=conf.DAEMON_TIMEOUT_SECONDS * share)
     return Q(**{f"{prefix}stopped__isnull": True, f"{prefix}heartbeat__gte": Now() - Value(timeout)})
+
+
+def watched_daemons():
+    """Return the daemons (not pull consumers) not stopped that are live or still hold
+    leases, live ones first, with ``running`` (their leases), ``is_live`` and ``is_heard``
+    (heard from within ``SILENT_SHARE`` of the time-out): a live daemon not heard is
+    silent, one not live is dead (its tasks go back to the queue once a live daemon reaps
+    it)."""
+    live, heard = (Case(When(condition, then=Value(True)), default=Value(False))
+                   for condition in (_is_live(), _is_live(share=SILENT_SHARE)))
+    return list(
+        Daemon.objects.filter(stopped__isnull=True, consumer__isnull=True)
+        .annotate(running=Count("leases", distinct=True), is_live=live, is_heard=heard)
+        .filter(Q(is_live=True) | Q(running__gt=0)).order_by("-is_live", "host", "pid")
+    )
 
 
 def live_daemons():
@@ -125,13 +146,16 @@ def with_runners(types):
 
 def types_with_counts(types=None):
     """Return every type (or those of the queryset ``types``) with ``live`` (by state) and
-    ``ended`` (recently, by state) counts, and ``runners``, how many live daemons run it."""
+    ``ended`` (recently, by state) counts, ``waiting`` (its accepted tasks), ``held`` (the
+    same, for a paused type; else 0) and ``runners``, how many live daemons run it."""
     types = list(with_runners((Type.objects.all() if types is None else types).order_by("identifier")))
     live, ended = live_counts(), ended_counts(type_ids=[task_type.pk for task_type in types])
     for task_type in types:
         task_type.live = {s: live.get((task_type.pk, s), 0) for s in LIVE}
         task_type.ended = {s: ended.get((task_type.pk, s), 0) for s in TERMINAL}
         task_type.waiting = task_type.live[Status.ACCEPTED]
+        # A paused type's tasks wait for the operator, not for a daemon.
+        task_type.held = task_type.waiting if task_type.is_paused else 0
     return types
 
 
@@ -249,9 +273,67 @@ def claimable(waiting):
     now: the types with runnable tasks, less paused types (an operator holds them) and
     pull types (consumers lease their tasks, never a daemon)."""
     type_ids = [type_id for type_id, figures in waiting.items() if figures.runnable]
-    held = Type.objects.filter(Q(is_paused=True) | Q(pull=True), pk__in=type_ids)
-    held_ids = set(held.values_list("pk", flat=True)) if type_ids else set()
+    held_ids = set().union(*_held_types(type_ids))
     return {type_id: waiting[type_id] for type_id in type_ids if type_id not in held_ids}
+
+
+@dataclass(frozen=True)
+class Queue:
+    """The tasks waiting to be claimed, told apart: ``runnable``/``delayed``/``oldest_since``
+    of the types daemons claim (as ``Waiting``), ``pull`` (tasks of pull types, waiting
+    for a consumer's lease) and ``held`` (tasks of paused types, runnable or delayed)."""
+
+    runnable: int
+    delayed: int
+    oldest_since: datetime.datetime
+    pull: int
+    held: int
+
+
+def queue(waiting):
+    """Return the ``Queue`` of ``waiting`` (as from ``waiting_by_type``)."""
+    paused, pull = _held_types(list(waiting))
+    claimed = [figures for type_id, figures in waiting.items() if type_id not in paused | pull]
+    oldest = [figures.oldest_since for figures in claimed if figures.oldest_since]
+
+    def total(type_ids):
+        return sum(waiting[type_id].runnable + waiting[type_id].delayed for type_id in type_ids)
+
+    return Queue(
+        runnable=sum(figures.runnable for figures in claimed),
+        delayed=sum(figures.delayed for figures in claimed),
+        oldest_since=min(oldest) if oldest else None,
+        pull=total(pull - paused), held=total(paused),
+    )
+
+
+def _held_types(type_ids):
+    """Return ``(paused, pull)``: the sets of ``type_ids`` that are paused, and pull types."""
+    if not type_ids:
+        return set(), set()
+    rows = Type.objects.filter(Q(is_paused=True) | Q(pull=True), pk__in=type_ids)
+    rows = list(rows.values_list("pk", "is_paused", "pull"))
+    return {pk for pk, paused, _ in rows if paused}, {pk for pk, _, pull in rows if pull}
+
+
+def schedules(limit=10):
+    """Return the enabled schedules due soonest (at most ``limit``), with their type."""
+    return list(Schedule.objects.filter(enabled=True).select_related("type").order_by("next_run")[:limit])
+
+
+def open_batches(limit=10):
+    """Return the sealed batches not completed (newest first, at most ``limit``), each
+    with ``members_total`` and ``members_ended``.
+
+    Read through the index of open batches (a batch still being enqueued is in none:
+    it is there a moment later) and the members' (batch, status) index.
+    """
+    return list(
+        Batch.objects.filter(completed__isnull=True, sealed__isnull=False)
+        .annotate(members_total=Count("members"),
+                  members_ended=Count("members", filter=Q(members__status__in=TERMINAL)))
+        .order_by("-pk")[:limit]
+    )
 
 
 def unserved_types(claimable_waiting):

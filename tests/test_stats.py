@@ -256,3 +256,82 @@ def test_the_charts_queries_search_indexes_on_sqlite(noop_type):
                 steps = [row[-1] for row in cursor.fetchall()]
             assert not [step for step in steps if step.startswith("SCAN atp_logrecord")
                         or step.startswith("SCAN atp_instance")], steps
+
+
+def test_watched_daemons_tell_live_silent_and_dead_ones_holding_tasks(noop_type, settings):
+    from django.db.models.functions import Now
+
+    from atp import engine
+    from atp.models import Daemon
+
+    settings.ATP_DAEMON_TIMEOUT_SECONDS = 60
+    live, silent, dead, gone_idle, stopped = (engine.register_daemon() for _ in range(5))
+    for holder in (silent, dead, stopped):
+        TaskFactory(type=noop_type, status=Status.RUNNING, daemon=holder)
+    Daemon.objects.filter(pk=silent.pk).update(heartbeat=Now() - datetime.timedelta(seconds=40))
+    Daemon.objects.filter(pk__in=[dead.pk, gone_idle.pk]).update(heartbeat=Now() - datetime.timedelta(seconds=90))
+    Daemon.objects.filter(pk=stopped.pk).update(stopped=Now())
+    watched = {d.pk: (d.is_live, d.is_heard, d.running) for d in stats.watched_daemons()}
+    # A dead daemon holding nothing has nothing to show; a stopped one is not watched.
+    assert watched == {live.pk: (True, True, 0), silent.pk: (True, False, 1), dead.pk: (False, False, 1)}
+    assert [d.pk for d in stats.live_daemons()] == sorted([live.pk, silent.pk])  # one rule
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_queue_counts_pull_and_paused_types_tasks_apart(noop_type):
+    from atp import engine
+
+    atp.register_task_type("tests.held", "tests.handlers.noop")
+    atp.register_pull_type("tests.pull")
+    first = atp.enqueue("tests.noop")
+    atp.enqueue("tests.noop", countdown=300)
+    atp.enqueue_many("tests.pull", [{}] * 2)
+    atp.enqueue_many("tests.held", [{}] * 3)
+    engine.pause_type("tests.held")
+    queue = stats.queue(stats.waiting_by_type())
+    assert queue == stats.Queue(runnable=1, delayed=1, oldest_since=first.task.not_before, pull=2, held=3)
+    [held] = [t for t in stats.types_with_counts() if t.identifier == "tests.held"]
+    assert (held.waiting, held.held) == (3, 3)
+    assert stats.claimable(stats.waiting_by_type()).keys() == {noop_type.pk}
+
+
+def test_an_empty_queue(db):
+    assert stats.queue(stats.waiting_by_type()) == stats.Queue(0, 0, None, 0, 0)
+
+
+def test_schedules_come_soonest_first_with_their_time_zone(noop_type):
+    atp.schedule("later", "tests.noop", every=3600)
+    atp.schedule("paris", "tests.noop", cron="* * * * *", timezone="Europe/Paris")
+    atp.schedule("off", "tests.noop", every=60, enabled=False)
+    assert [s.name for s in stats.schedules()] == ["paris", "later"]
+
+
+def test_open_batches_count_their_members_done_of_all(noop_type):
+    from tests.factories import drive
+
+    with atp.batch("tests.noop", name="open") as made:
+        tasks = atp.enqueue_many("tests.noop", [{}] * 3)
+    drive(tasks[0], Status.FINISHED)
+    [batch] = stats.open_batches()
+    assert (batch.pk, batch.members_ended, batch.members_total) == (made.pk, 1, 3)
+
+
+def test_the_dashboards_new_queries_search_indexes_on_sqlite(noop_type):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    if connection.vendor != "sqlite":
+        pytest.skip("SQLite's plans")
+    with atp.batch("tests.noop"):
+        atp.enqueue("tests.noop")
+    with CaptureQueriesContext(connection) as queries:
+        stats.queue(stats.waiting_by_type()), stats.schedules(), stats.open_batches()
+        stats.watched_daemons()
+    for query in queries.captured_queries:
+        with connection.cursor() as cursor:
+            cursor.execute(f"EXPLAIN QUERY PLAN {query['sql']}")
+            steps = [row[-1] for row in cursor.fetchall()]
+        # The queue table holds live tasks only; an index walked in order stops at the limit.
+        assert not [step for step in steps if step.split(" ")[:2] in (
+            ["SCAN", "atp_instance"], ["SCAN", "atp_logrecord"], ["SCAN", "atp_batch"],
+            ["SCAN", "atp_schedule"]) and "USING" not in step], (query["sql"], steps)

@@ -7,14 +7,15 @@ from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.core.exceptions import PermissionDenied
 from django.forms.models import BaseInlineFormSet
-from django.shortcuts import get_object_or_404
+from django.http import HttpResponseBadRequest, HttpResponseNotAllowed
+from django.shortcuts import get_object_or_404, redirect
 from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, re_path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
-from django_admin_listfilter_dropdown.filters import ChoiceDropdownFilter, RelatedDropdownFilter
 
 from atp import engine
+from atp.admin.dropdowns import ChoiceDropdown, RelatedDropdown
 from atp.admin.failures import FailureTextFilter
 from atp.admin.keys import NumericKeys
 from atp.admin.lookups import CheckedLookups
@@ -35,20 +36,28 @@ from atp.presentation import (
 )
 from atp.selection import search
 from atp.states import Status
-from atp.templatetags.atp import progress, status_badge, timestamp, timestamp_zone
+from atp.templatetags.atp import progress, status_badge, timestamp_zone
 
 #: Larger inputs and responses are not shown on the task's page, only offered.
 PREVIEW_MAX_BYTES = 64 * 1024
 IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp", "image/svg+xml")
+#: The actions of the list offered as buttons on a task's page, and their labels.
+TASK_BUTTONS = {
+    "reenqueue_tasks": "Re-enqueue", "run_again_tasks": "Run again", "run_now_tasks": "Run now",
+    "pause_tasks": "Pause", "resume_tasks": "Resume", "cancel_tasks": "Cancel",
+    "delete_ended_tasks": "Delete (ended)",
+}
 #: Who may see a task's inputs and response on its page.
 PREVIEW_PERMISSIONS = {"inputs_preview": VIEW_INPUTS, "response_preview": VIEW_RESPONSE}
 
 
 def _short_time(value):
+    # The day and the time wrap onto two lines: the list fits a 1366-pixel window.
     if value is None:
         return ""
-    return format_html('<span class="atp-nowrap" title="{}">{}</span>', timestamp(value),
-                       timezone.localtime(value).strftime("%m-%d %H:%M:%S"))
+    local = timezone.localtime(value)
+    return format_html('<span title="{}"><span class="atp-nowrap">{}</span> <span class="atp-nowrap">{}</span></span>',
+                       timestamp_zone(value), f"{local:%m-%d}", f"{local:%H:%M:%S}")
 
 
 class RecentHistoryFormSet(BaseInlineFormSet):
@@ -93,11 +102,13 @@ class StateHistoryInline(admin.TabularInline):
 @no_facets
 @admin.register(Instance)
 class InstanceAdmin(CheckedLookups, NumericKeys, admin.ModelAdmin):
-    list_display = ["id", "short_identifier", "type", "state", "failure", "progress_bar",
-                    "tries", "created_at", "finished_at", "run_time", "daemon"]
-    list_display_links = ["id", "short_identifier"]
-    list_filter = [("type", RelatedDropdownFilter), ("status", ChoiceDropdownFilter),
-                   ("daemon", RelatedDropdownFilter), FailureTextFilter]
+    # Chosen to fit a 1366-pixel window beside the admin's menu and filters: a failure's
+    # last line and the progress sit under the state, times wrap after the day.
+    list_display = ["task_shown", "type", "state_in_list", "tries", "created_at", "finished_at",
+                    "run_time", "daemon"]
+    list_display_links = ["task_shown"]
+    list_filter = [("type", RelatedDropdown), ("status", ChoiceDropdown),
+                   ("daemon", RelatedDropdown), FailureTextFilter]
     list_select_related = ["type", "daemon"]
     list_per_page = 50
     search_fields = ["=identifier"]
@@ -107,8 +118,9 @@ class InstanceAdmin(CheckedLookups, NumericKeys, admin.ModelAdmin):
     paginator = EstimatedCountPaginator
     show_full_result_count = False
     # Sorting by anything but an indexed column sorts every row.
-    sortable_by = ["id", "created_at"]
+    sortable_by = ["task_shown", "created_at"]
     inlines = [StateHistoryInline]
+    change_form_template = "atp/admin/instance_change_form.html"
     actions = ["reenqueue_tasks", "run_again_tasks", "run_now_tasks", "pause_tasks",
                "resume_tasks", "cancel_tasks", "delete_ended_tasks"]
     fieldsets = [
@@ -181,9 +193,14 @@ class InstanceAdmin(CheckedLookups, NumericKeys, admin.ModelAdmin):
         except NoReverseMatch:  # the project does not mount atp.urls
             return None
 
+    @admin.display(description="task", ordering="id")
+    def task_shown(self, obj):
+        """Its number, and its identifier under it."""
+        return format_html('#{}<br>{}', obj.pk, self.short_identifier(obj))
+
     @admin.display(description="identifier", ordering="identifier")
     def short_identifier(self, obj):
-        text = obj.identifier if len(obj.identifier) <= 16 else f"{obj.identifier[:14]}…"
+        text = obj.identifier if len(obj.identifier) <= 12 else f"{obj.identifier[:11]}…"
         return format_html('<span title="{}">{}</span>', obj.identifier, text)
 
     @admin.display(description="attempt", ordering="attempt")
@@ -226,6 +243,14 @@ class InstanceAdmin(CheckedLookups, NumericKeys, admin.ModelAdmin):
     @admin.display(description="state", ordering="status")
     def state(self, obj):
         return status_badge(obj.status)
+
+    @admin.display(description="state")
+    def state_in_list(self, obj):
+        """The state, with a failure's last line or the progress under it."""
+        under = self.failure(obj) or self.progress_bar(obj)
+        if not under:
+            return status_badge(obj.status)
+        return format_html('{}<div class="atp-under-state">{}</div>', status_badge(obj.status), under)
 
     @admin.display(description="progress")
     def progress_bar(self, obj):
@@ -275,6 +300,8 @@ class InstanceAdmin(CheckedLookups, NumericKeys, admin.ModelAdmin):
         return [
             re_path(rf"^(?P<pk>{TASK_ID_PATTERN})/response/$", download,
                     name="atp_instance_response"),
+            re_path(rf"^(?P<pk>{TASK_ID_PATTERN})/act/$",
+                    self.admin_site.admin_view(self.task_action_view), name="atp_instance_act"),
             *super().get_urls(),
         ]
 
@@ -285,9 +312,25 @@ class InstanceAdmin(CheckedLookups, NumericKeys, admin.ModelAdmin):
         pk = int(pk)
         return serve_response(get_object_or_404(Response, pk=pk), f"task-{pk}")
 
+    def task_action_view(self, request, pk):
+        """Apply one of the list's actions to one task (its page's buttons): the same
+        action, confirmation and report, then back to the task's page."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        actions = self.get_actions(request)
+        name = request.POST.get("action", "")
+        if name not in actions or name not in TASK_BUTTONS:
+            return HttpResponseBadRequest("unknown action, or not yours to take")
+        function = actions[name][0]
+        response = function(self, request, self.get_queryset(request).filter(pk=int(pk)))
+        return response or redirect("admin:atp_instance_change", int(pk))
+
     def render_change_form(self, request, context, *args, **kwargs):
         obj = context.get("original")
         if obj is not None:
+            actions = self.get_actions(request)
+            context["atp_buttons"] = [(name, label) for name, label in TASK_BUTTONS.items()
+                                      if name in actions]
             # The same latest entries the history inline shows, oldest first.
             records = reversed(list(obj.log_records.order_by("-id")[:HISTORY_SHOWN]))
             context["atp_spent"] = {
@@ -314,6 +357,9 @@ class InstanceAdmin(CheckedLookups, NumericKeys, admin.ModelAdmin):
             "action": request.POST.get("action", ""),
             "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
             "select_across": request.POST.get("select_across", "0"),
+            # From a task's page, "no" goes back to it; from the list, to the list.
+            "back_url": (reverse("admin:atp_instance_change", args=[request.resolver_match.kwargs["pk"]])
+                         if request.resolver_match.url_name == "atp_instance_act" else ""),
         }
         return TemplateResponse(request, "atp/admin/confirm_action.html", context)
 

@@ -3,11 +3,12 @@
 from django.contrib import admin
 from django.db.models.functions import Substr
 from django.utils.text import Truncator
-from django_admin_listfilter_dropdown.filters import ChoiceDropdownFilter
 
+from atp.admin.dropdowns import ChoiceDropdown
 from atp.admin.keys import NumericKeys
 from atp.admin.lookups import CheckedLookups
 from atp.admin.paginators import EstimatedCountPaginator, no_facets
+from atp.admin.times import time_column
 from atp.db import ByteLength
 from atp.models import Daemon, Inputs, LogRecord, Response, Task
 from atp.templatetags.atp import status_badge
@@ -40,10 +41,13 @@ class ReadOnlyAdmin(CheckedLookups, NumericKeys, admin.ModelAdmin):
 
 @admin.register(LogRecord)
 class LogRecordAdmin(ReadOnlyAdmin):
-    list_display = ["id", "instance", "time", "state", "attempt", "daemon", "actor", "excerpt"]
-    list_filter = [("status", ChoiceDropdownFilter)]
+    list_display = ["id", "instance", "time_shown", "state", "attempt", "daemon", "actor", "excerpt"]
+    list_filter = [("status", ChoiceDropdown)]
     raw_id_fields = ["instance"]
     ordering = ["-id"]
+    fields = ["instance", "time_shown", "status", "attempt", "daemon", "actor", "message"]
+    readonly_fields = fields
+    time_shown = time_column("time")
 
     @admin.display(description="state")
     def state(self, obj):
@@ -61,8 +65,12 @@ class LogRecordAdmin(ReadOnlyAdmin):
 
 @admin.register(Task)
 class TaskAdmin(ReadOnlyAdmin):
-    list_display = ["instance", "type", "identifier", "priority", "not_before", "daemon",
-                    "claimed", "deadline", "paused_since"]
+    list_display = ["instance", "type", "identifier", "priority", "not_before_shown", "daemon",
+                    "claimed_shown", "deadline_shown", "paused_since_shown"]
+    not_before_shown = time_column("not_before", "runnable from")
+    claimed_shown = time_column("claimed")
+    deadline_shown = time_column("deadline")
+    paused_since_shown = time_column("paused_since")
     list_select_related = ["instance", "type", "daemon"]
     ordering = ["-priority", "not_before"]
 
@@ -97,6 +105,9 @@ class ResponseAdmin(ReadOnlyAdmin):
 
 @admin.register(Daemon)
 class DaemonAdmin(ReadOnlyAdmin):
-    list_display = ["__str__", "host", "pid", "started", "heartbeat", "stopped", "workers",
+    started_shown = time_column("started")
+    heartbeat_shown = time_column("heartbeat", "last heartbeat")
+    stopped_shown = time_column("stopped")
+    list_display = ["__str__", "host", "pid", "started_shown", "heartbeat_shown", "stopped_shown", "workers",
                     "types"]
     list_filter = ["host"]

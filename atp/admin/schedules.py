@@ -8,6 +8,7 @@ from atp.admin.inputs import InputsSeenAsTasks
 from atp.admin.keys import NumericKeys
 from atp.admin.lookups import CheckedLookups
 from atp.admin.paginators import no_facets
+from atp.admin.times import time_column
 from atp.bulk import Outcome
 from atp.engine.schedules import clean_schedule
 from atp.exceptions import AtpError, InputsNotSerializable, InputsTooLarge, ScheduleNotFound
@@ -82,14 +83,19 @@ class ScheduleForm(forms.ModelForm):
 @no_facets
 @admin.register(Schedule)
 class ScheduleAdmin(InputsSeenAsTasks, CheckedLookups, NumericKeys, admin.ModelAdmin):
-    list_display = ["name", "type", "timetable", "next_run", "last_run", "enabled"]
+    list_display = ["name", "type", "timetable", "next_run_shown", "last_run_shown", "enabled"]
     list_filter = ["enabled"]
     search_fields = ["name", "type__identifier"]
     list_select_related = ["type"]
     actions = ["enable_schedules", "disable_schedules"]
     form = ScheduleForm
-    fields = EDITABLE + ["next_run", "last_run", "created", "updated"]
-    readonly_fields = ["next_run", "last_run", "created", "updated"]
+    fields = EDITABLE + ["next_run_shown", "last_run_shown", "created_shown", "updated_shown"]
+    readonly_fields = ["next_run_shown", "last_run_shown", "created_shown", "updated_shown"]
+    # Due times in the schedule's own time zone (its cron's; UTC for an interval), said.
+    next_run_shown = time_column("next_run", "next run", zone_of=lambda schedule: schedule.timezone)
+    last_run_shown = time_column("last_run", "last run", zone_of=lambda schedule: schedule.timezone)
+    created_shown = time_column("created")
+    updated_shown = time_column("updated")
 
     class Media:
         css = {"all": ["atp/atp.css"]}

@@ -2,6 +2,7 @@
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.options import IncorrectLookupParameters
 from django.db.models import Count, OuterRef, Subquery
 from django.db.models.functions import Coalesce
 from django.utils.html import format_html, format_html_join
@@ -61,24 +62,41 @@ class TypeForm(forms.ModelForm):
         return cleaned
 
 
+class RunningOrPaused(admin.SimpleListFilter):
+    """Types by whether they are paused, said as an operator says it."""
+
+    title = "state"
+    parameter_name = "paused"
+
+    def lookups(self, request, model_admin):
+        return [("no", "Running"), ("yes", "Paused")]
+
+    def queryset(self, request, queryset):
+        if self.value() is None:
+            return queryset
+        if self.value() not in ("yes", "no"):
+            raise IncorrectLookupParameters(f"paused={self.value()!r}: 'yes' or 'no'")
+        return queryset.filter(is_paused=self.value() == "yes")
+
+
 @no_facets
 @admin.register(Type)
 class TypeAdmin(CheckedLookups, NumericKeys, admin.ModelAdmin):
     list_display = ["identifier", "handler", "timeout", "max_restarts", "retention",
-                    "max_concurrency", "rate_shown", "is_paused", "live_tasks", "run_by"]
-    list_filter = ["is_paused", "pull", "input_format"]
+                    "max_concurrency", "rate_shown", "state", "live_tasks", "run_by"]
+    list_filter = [RunningOrPaused, "pull", "input_format"]
     search_fields = ["identifier", "handler"]
     actions = ["pause_types", "resume_types", "purge_types", "unregister_types"]
     form = TypeForm
     # The handler and the input format come from code; the rest an operator may tune
     # (a @task_type declaration sets again what it names when the daemon starts).
-    readonly_fields = ["identifier", "handler", "input_format", "is_paused",
+    readonly_fields = ["declared_in_code", "identifier", "handler", "input_format", "state",
                        "live_by_state", "run_by", "created", "updated"]
-    fields = ["identifier", "handler", "input_format", "description", "timeout",
+    fields = ["declared_in_code", "identifier", "handler", "input_format", "description", "timeout",
               "max_restarts", "retention", "max_concurrency", "rate", "bucket_size",
               "max_input_bytes",
               "max_response_bytes", "max_queued", "dedup_window", "retry_limit", "age_limit", "min_backoff", "max_backoff",
-              "max_doublings", "retry_jitter", "is_paused", "live_by_state", "run_by", "created",
+              "max_doublings", "retry_jitter", "state", "live_by_state", "run_by", "created",
               "updated"]
 
     class Media:
@@ -105,9 +123,34 @@ class TypeAdmin(CheckedLookups, NumericKeys, admin.ModelAdmin):
         obj.refresh_from_db()
 
     def get_fields(self, request, obj=None):
+        fields = self.fields
+        if obj is None or obj.identifier not in registry.declarations():
+            fields = [name for name in fields if name != "declared_in_code"]
         if obj is not None and obj.pull:  # what a pull type does not take (register_pull_type)
-            return [name for name in self.fields if name not in engine.NOT_FOR_PULL]
-        return self.fields
+            return [name for name in fields if name not in engine.NOT_FOR_PULL]
+        return fields
+
+    @admin.display(description="declared in code")
+    def declared_in_code(self, obj):
+        """Warn that a daemon's start writes the ``@task_type`` values over the tuned ones."""
+        declaration = registry.declarations().get(obj.identifier)
+        if declaration is None:
+            return "-"
+        module = declaration.handler.rpartition(".")[0]
+        named = [name for name in TUNABLE if name in declaration.parameters]
+        if not named:
+            return f"@task_type in {module}, which names none of the values below: what you tune stays."
+        return format_html(
+            '<span class="atp-warning">@task_type in {}: each daemon\'s start (and each migrate) '
+            "writes its values of {} back over what you tune here.</span> Change those in the "
+            "code; a change made here lasts until then.", module, ", ".join(named))
+
+    @admin.display(description="state", ordering="is_paused")
+    def state(self, obj):
+        """Paused or running, as an operator says it (not a red cross on a healthy type)."""
+        if obj.is_paused:
+            return format_html('<span class="atp-warning">{}</span>', "Paused")
+        return "Running"
 
     def get_queryset(self, request):
         live = (

@@ -8,7 +8,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
 from atp.presentation import excerpt as failure_excerpt
-from atp.presentation import format_duration
+from atp.presentation import format_duration, seconds_in_zone
 from atp.states import Status
 
 register = template.Library()
@@ -71,6 +71,13 @@ def timestamp_zone(value):
     if value is None:
         return ""
     return f"{timestamp(value)} {timezone.localtime(value).tzname()}"
+
+
+@register.filter
+def in_zone(value, zone=None):
+    """Return a datetime to the second with its time zone's name, in the time zone named
+    ``zone`` (empty: UTC; none given: the current one)."""
+    return seconds_in_zone(value, zone)
 
 
 @register.filter

@@ -68,3 +68,20 @@ def test_seeing_a_batchs_inputs_needs_what_seeing_a_tasks_needs(client, django_u
     assert ("tests.handlers.multiply" in page.content.decode()) == sees
     for lookup in ("inputs__contains=s3cr3t", "function__startswith=tests"):
         assert viewer.get(f"/admin/atp/batch/?{lookup}").status_code == 400
+
+
+def test_an_open_batch_says_so_and_counts_what_is_known(log_in, noop_type):
+    with atp.batch("tests.noop", name="open") as made:
+        tasks = atp.enqueue_many("tests.noop", [{}] * 3)
+    drive(tasks[0], Status.FAILED)
+    admin = log_in("superuser")
+    page = admin.get(f"/admin/atp/batch/{made.pk}/change/").content.decode()
+    assert "1 / 3 (open)" in page
+    assert "3 so far (open: counted when it completes)" in page  # total
+    assert "1 so far" in page and "0 so far" in page  # failed; finished, cancelled
+
+
+def test_a_batchs_times_are_shown_to_the_second_with_their_zone(log_in, batch):
+    page = log_in("superuser").get("/admin/atp/batch/").content.decode()
+    assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", page)
+    assert " p.m." not in page and " a.m." not in page

@@ -42,3 +42,34 @@ def test_the_lists_never_fetch_inputs_or_whole_messages(log_in, noop_type):
     # Neither column is ever a column of the result, only inside LENGTH() or SUBSTR().
     fetched = re.compile(r'(?<![(])"atp_(inputs"\."data|logrecord"\."message)"(,| FROM)')
     assert not [q["sql"] for q in queries.captured_queries if fetched.search(q["sql"])]
+
+
+def test_history_and_daemons_show_times_to_the_second_with_their_zone(log_in, noop_type, daemon):
+    import re
+
+    import atp
+
+    task = atp.enqueue("tests.noop")
+    admin = log_in("superuser")
+    record = task.log_records.get()
+    for url in ("/admin/atp/logrecord/", f"/admin/atp/logrecord/{record.pk}/change/",
+                "/admin/atp/daemon/", "/admin/atp/task/"):
+        page = admin.get(url).content.decode()
+        assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", page), url
+        assert " p.m." not in page and " a.m." not in page, url
+
+
+def test_the_queue_counts_its_entries_by_name(log_in, noop_type):
+    import atp
+
+    atp.enqueue_many("tests.noop", [{}] * 2)
+    page = log_in("superuser").get("/admin/atp/task/").content.decode()
+    assert "2 queue entries" in page and "2 queue<" not in page
+
+
+def test_a_tasks_history_on_its_page_says_its_time_zone(log_in, noop_type):
+    import atp
+
+    task = atp.enqueue("tests.noop")
+    page = log_in("superuser").get(f"/admin/atp/instance/{task.pk}/change/").content.decode()
+    assert "<th>time (UTC)</th>" in page

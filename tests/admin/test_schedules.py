@@ -1,6 +1,7 @@
 """The admin of schedules: the checks of ``atp.schedule``, as form errors."""
 
 import datetime
+import re
 
 import pytest
 
@@ -163,3 +164,11 @@ def test_inputs_one_may_not_write_that_no_longer_pass_are_a_form_error(
     assert response.status_code == 200
     assert "at most 1,024 bytes" in " ".join(response.context["adminform"].form.non_field_errors())
     assert Schedule.objects.get(pk=schedule.pk).interval == datetime.timedelta(minutes=1)
+
+
+def test_a_schedules_next_run_is_in_its_time_zone_said(log_in, noop_type):
+    atp.schedule("paris", "tests.noop", cron="0 3 * * *", timezone="Europe/Paris")
+    atp.schedule("hourly", "tests.noop", every=3600)
+    page = log_in("superuser").get("/admin/atp/schedule/").content.decode()
+    assert re.search(r"\d{4}-\d\d-\d\d 03:00:00 CES?T", page)
+    assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", page)  # an interval's

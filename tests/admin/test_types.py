@@ -4,6 +4,7 @@ import re
 import pytest
 
 import atp
+from atp import engine
 from atp.models import Instance, LogRecord, Type
 from atp.states import Status
 from tests.admin.test_instances import last_message
@@ -161,3 +162,28 @@ def test_a_bad_rate_is_refused_on_the_form(log_in, noop_type, changes, message):
     assert response.status_code == 200
     assert message in response.content.decode()
     assert Type.objects.get(pk=noop_type.pk).updated == noop_type.updated
+
+
+def test_a_types_state_reads_running_or_paused_and_filters_so(log_in, noop_type):
+    admin = log_in("superuser")
+    atp.register_task_type("tests.held", "tests.handlers.noop")
+    engine.pause_type("tests.held")
+    page = admin.get("/admin/atp/type/").content.decode()
+    assert "By state" in page and ">Paused<" in page and "Running" in page
+    assert "By is paused" not in page and "icon-no.svg" not in page
+    paused = admin.get("/admin/atp/type/", {"paused": "yes"}).content.decode()
+    assert "tests.held" in paused and "tests.noop</a>" not in paused
+    assert admin.get("/admin/atp/type/", {"paused": "maybe"}).status_code == 400
+
+
+def test_a_type_declared_in_code_warns_that_a_daemons_start_writes_it_back(log_in, noop_type, monkeypatch):
+    from atp import registry
+
+    admin = log_in("superuser")
+    monkeypatch.setitem(registry._declarations, "tests.noop", registry.Declaration(
+        "tests.noop", "tests.handlers.noop", {"timeout": datetime.timedelta(seconds=60)}))
+    page = admin.get(f"/admin/atp/type/{noop_type.pk}/change/").content.decode()
+    assert "@task_type in tests.handlers" in page and "writes its values of timeout back" in page
+    atp.register_task_type("tests.echo", "tests.handlers.echo")
+    echo = Type.objects.get(identifier="tests.echo")
+    assert "@task_type" not in admin.get(f"/admin/atp/type/{echo.pk}/change/").content.decode()

@@ -19,10 +19,12 @@ from atp.states import LIVE, Status
 def status():
     """Report the live tasks per type and state, the waiting queue and the live daemons."""
     now = database_now(router.db_for_read(Type))
-    delayed = {pk: figures.delayed for pk, figures in stats.waiting_by_type().items()}
-    types = [_type_counts(task_type, delayed.get(task_type.pk, 0))
+    by_type = stats.waiting_by_type()
+    types = [_type_counts(task_type, by_type[task_type.pk].delayed if task_type.pk in by_type else 0)
              for task_type in stats.types_with_counts()]
-    waiting = stats.waiting()
+    # What daemons would claim, as the dashboard counts it: pull types' tasks wait for a
+    # consumer and paused types' are held, apart.
+    waiting = stats.queue(by_type)
     oldest_wait = now - waiting.oldest_since if waiting.oldest_since else None
     daemons = [
         {"id": daemon.pk, "host": daemon.host, "pid": daemon.pid, "workers": daemon.workers,
@@ -35,6 +37,7 @@ def status():
         "types": [t for t in types if not t["pull"]],
         "pull_types": [t for t in types if t["pull"]],
         "waiting": {"runnable": waiting.runnable, "delayed": waiting.delayed,
+                    "pull": waiting.pull, "held": waiting.held,
                     "oldest_runnable_since": stamp(waiting.oldest_since),
                     "oldest_wait_seconds": seconds(oldest_wait)},
         "daemons": daemons,
@@ -69,7 +72,8 @@ def _status_lines(document, oldest_wait):
         lines += ["No task type is registered.", ""]
     waiting = document["waiting"]
     since = f" (the oldest for {format_duration(oldest_wait)})" if oldest_wait is not None else ""
-    lines += [f"Waiting: {waiting['runnable']} runnable{since}, {waiting['delayed']} delayed", ""]
+    lines += [f"Waiting: {waiting['runnable']} runnable{since}, {waiting['delayed']} delayed; "
+              f"{waiting['held']} held (type paused), {waiting['pull']} for pull consumers", ""]
     daemons = document["daemons"]
     lines.append(f"Live daemons: {len(daemons)}")
     if daemons:

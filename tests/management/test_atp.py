@@ -84,7 +84,14 @@ def test_status_counts_live_tasks_per_type_and_state_with_delayed_and_pull_types
     assert noop["ended_last_hour"]["FINISHED"] == 1
     assert [t["type"] for t in document["pull_types"]] == ["tests.pull"]
     assert "tests.pull" not in [t["type"] for t in document["types"]]
-    assert document["waiting"]["runnable"] == 3 and document["waiting"]["delayed"] == 1
+    # The paused type's tasks are held, the pull type's wait for a consumer: neither is
+    # counted as waiting for a daemon (as the dashboard counts them).
+    assert document["waiting"] | {"oldest_runnable_since": None, "oldest_wait_seconds": None} == {
+        "runnable": 0, "delayed": 0, "pull": 1, "held": 3,
+        "oldest_runnable_since": None, "oldest_wait_seconds": None}
+    atp.resume_type("tests.noop")
+    document = atp_command("status")
+    assert (document["waiting"]["runnable"], document["waiting"]["delayed"]) == (2, 1)
     assert document["waiting"]["oldest_wait_seconds"] >= 0
     assert [(d["id"], d["running"]) for d in document["daemons"]] == [(daemon.pk, 1)]
     assert set(document["daemons"][0]) == {"id", "host", "pid", "workers", "running",
@@ -98,7 +105,8 @@ def test_status_reads_as_a_table_marking_paused_types(noop_type):
     call_command("atp", "status", stdout=out)
     [line] = [line for line in out.getvalue().splitlines() if "tests.noop" in line]
     assert "paused" in line and "no live daemon runs this type" in line
-    assert "Waiting: 1 runnable (the oldest for" in out.getvalue()
+    assert "Waiting: 0 runnable, 0 delayed; 1 held (type paused), 0 for pull consumers" in (
+        out.getvalue())
     assert "Live daemons: 0" in out.getvalue()
 
 

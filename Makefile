@@ -60,8 +60,13 @@ test-fast: $(VENV)/.installed
 # database's own engine in test-postgres and test-mysql. CI (.ci/run) gives
 # ORM_TESTS=tests: the whole suite on three databases, each with two engines.
 ORM_TESTS ?= tests/engine tests/daemon/test_execution.py tests/test_api.py
+# The pages' browser tests and the demo's run once per stack, in its SQLite stage: what
+# they check (pages, their scripts and layout, the demo project) is the same on every
+# database and engine, and the figures behind the pages are tested on each database
+# (tests/test_stats.py, tests/views). The other stages leave them out.
+ONCE_TESTS ?= --ignore=tests/browser --ignore=tests/demo
 test-orm: $(VENV)/.installed
-	env -u ATP_TEST_DATABASE_URL ATP_TEST_ENGINE=orm $(PY) -m pytest $(PYTEST_ARGS) $(ORM_TESTS)
+	env -u ATP_TEST_DATABASE_URL ATP_TEST_ENGINE=orm $(PY) -m pytest $(PYTEST_ARGS) $(ORM_TESTS) $(ONCE_TESTS)
 
 # The browser tests drive Debian's Chromium. Installing it needs root; without it the
 # browser tests are skipped with a message (outside CI, where they must run).
@@ -82,9 +87,9 @@ test-sqlite: $(VENV)/.installed
 test-postgres: $(VENV)/.installed
 	@if $(PY) -c 'import os, psycopg; psycopg.connect(os.environ["ATP_TEST_DATABASE_URL"], connect_timeout=5).close()' 2>/dev/null; then \
 		echo "== PostgreSQL: $$ATP_TEST_DATABASE_URL"; \
-		$(PY) -m pytest $(PYTEST_ARGS) && \
+		$(PY) -m pytest $(PYTEST_ARGS) $(ONCE_TESTS) && \
 		echo "== PostgreSQL, the orm engine" && \
-		ATP_TEST_ENGINE=orm $(PY) -m pytest $(PYTEST_ARGS) $(ORM_TESTS); \
+		ATP_TEST_ENGINE=orm $(PY) -m pytest $(PYTEST_ARGS) $(ORM_TESTS) $(ONCE_TESTS); \
 	elif [ "$(ATP_REQUIRE_POSTGRES)" = "1" ]; then \
 		echo "PostgreSQL is required but $$ATP_TEST_DATABASE_URL does not answer" >&2; exit 1; \
 	else \
@@ -120,10 +125,11 @@ test-mysql: $(VENV)/.installed
 	@if $(call mysql_answers,$(ATP_TEST_MYSQL_URL)) 2>/dev/null; then \
 		$(MAKE) --no-print-directory $(VENV)/.mysql && \
 		echo "== MariaDB/MySQL: $$ATP_TEST_MYSQL_URL" && \
-		ATP_TEST_DATABASE_URL=$$ATP_TEST_MYSQL_URL $(PY) -m pytest $(PYTEST_ARGS) $(MYSQL_TESTS) && \
+		ATP_TEST_DATABASE_URL=$$ATP_TEST_MYSQL_URL $(PY) -m pytest $(PYTEST_ARGS) $(MYSQL_TESTS) \
+			$(ONCE_TESTS) && \
 		echo "== MariaDB/MySQL, the orm engine" && \
 		ATP_TEST_DATABASE_URL=$$ATP_TEST_MYSQL_URL ATP_TEST_ENGINE=orm $(PY) -m pytest \
-			$(PYTEST_ARGS) $(ORM_TESTS); \
+			$(PYTEST_ARGS) $(ORM_TESTS) $(ONCE_TESTS); \
 	elif [ "$(ATP_REQUIRE_MYSQL)" = "1" ]; then \
 		echo "MariaDB/MySQL is required but $$ATP_TEST_MYSQL_URL does not answer" >&2; exit 1; \
 	else \
@@ -147,7 +153,7 @@ STACK_TARGETS ?= test-sqlite test-postgres-fast test-mysql-fast test-orm
 test-postgres-fast: $(VENV)/.installed
 	@if $(PY) -c 'import os, psycopg; psycopg.connect(os.environ["ATP_TEST_DATABASE_URL"], connect_timeout=5).close()' 2>/dev/null; then \
 		echo "== PostgreSQL, the fast tests: $$ATP_TEST_DATABASE_URL"; \
-		$(PY) -m pytest -m "not slow" $(PYTEST_ARGS); \
+		$(PY) -m pytest -m "not slow" $(PYTEST_ARGS) $(ONCE_TESTS); \
 	elif [ "$(ATP_REQUIRE_POSTGRES)" = "1" ]; then \
 		echo "PostgreSQL is required but $$ATP_TEST_DATABASE_URL does not answer" >&2; exit 1; \
 	else \
@@ -158,7 +164,8 @@ test-mysql-fast: $(VENV)/.installed
 	@if $(call mysql_answers,$(ATP_TEST_MYSQL_URL)) 2>/dev/null; then \
 		$(MAKE) --no-print-directory $(VENV)/.mysql && \
 		echo "== MariaDB/MySQL, the fast tests: $$ATP_TEST_MYSQL_URL" && \
-		ATP_TEST_DATABASE_URL=$$ATP_TEST_MYSQL_URL $(PY) -m pytest -m "not slow" $(PYTEST_ARGS); \
+		ATP_TEST_DATABASE_URL=$$ATP_TEST_MYSQL_URL $(PY) -m pytest -m "not slow" $(PYTEST_ARGS) \
+			$(ONCE_TESTS); \
 	elif [ "$(ATP_REQUIRE_MYSQL)" = "1" ]; then \
 		echo "MariaDB/MySQL is required but $$ATP_TEST_MYSQL_URL does not answer" >&2; exit 1; \
 	else \

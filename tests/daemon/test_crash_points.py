@@ -55,6 +55,23 @@ class Gate:
                    message="the worker sent its end and waits for its next task")
 
 
+def forked_workers(supervisor):
+    """Return the pids of ``supervisor``'s forked workers.
+
+    Not every child is one: importing croniter runs ``file`` (``platform.architecture``)
+    while the daemon starts, a child that comes and goes before the workers are forked.
+    A forked worker runs the supervisor's own command line.
+    """
+    pids = []
+    for child in supervisor.children():
+        try:
+            if child.cmdline() == supervisor.cmdline():
+                pids.append(child.pid)
+        except psutil.NoSuchProcess:
+            pass
+    return pids
+
+
 @pytest.fixture
 def gated(start_daemon, tmp_path):
     """Start a one-worker daemon and a gated task; return its ``Gate``."""
@@ -63,9 +80,9 @@ def gated(start_daemon, tmp_path):
     atp.register_task_type("tests.gate", "tests.handlers.gate", max_restarts=3)
     daemon = start_daemon("--workers", 1)
     supervisor = psutil.Process(daemon.pid)
-    wait_until(lambda: supervisor.children(), timeout=30, message="worker started",
+    wait_until(lambda: forked_workers(supervisor), timeout=30, message="worker started",
                output=daemon.output)
-    worker = supervisor.children()[0].pid
+    [worker] = forked_workers(supervisor)
     # Idle, the worker waits for its next task: in read() on its channel.
     wait_until(lambda: waiting_in_read(worker) is not None, timeout=30,
                message="worker idle", output=daemon.output)

@@ -22,11 +22,10 @@ ATP_REQUIRE_POSTGRES ?= 0
 ATP_REQUIRE_MYSQL ?= 0
 DJANGO_COMPAT ?= Django>=4.2,<5.0
 
-.PHONY: demo test test-fast browser test-sqlite test-postgres test-postgres-fast test-mysql \
-	test-mysql-fast test-orm test-compat \
-	test-django6 bench \
-	bench-admin soak screenshots \
-	guards chaos lint clean
+.PHONY: demo test test-fast browser test-sqlite test-pages test-sqlite-core test-postgres \
+	test-postgres-own test-postgres-orm test-postgres-fast test-mysql test-mysql-own \
+	test-mysql-orm test-mysql-fast mysql-driver test-orm test-compat test-django6 bench \
+	bench-admin soak screenshots guards chaos lint clean
 
 $(VENV)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -49,22 +48,33 @@ demo: $(VENV)/.demo
 	$(PY) manage.py demo_setup $(if $(filter 1,$(DEMO_RESET)),--reset)
 	$(PY) manage.py demo_serve $(DEMO_ADDRESS)
 
-test: browser test-sqlite test-postgres test-mysql test-orm
+# `make test` runs its stages side by side, TEST_JOBS at a time (TEST_JOBS=1: one after
+# another). A stage spends most of its time waiting for the daemons and processes its
+# tests start, so stages overlap well even on two cores. Each stage has a database of its
+# own (SQLite: a file per process; the orm engine's stages: the server's test database
+# with `_orm` added to its name), prints its output whole when it ends, and every stage
+# runs even when another fails (-k).
+TEST_JOBS ?= 4
+TEST_STAGES ?= test-pages test-sqlite-core test-postgres-own test-postgres-orm \
+	test-mysql-own test-mysql-orm test-orm
+test: $(VENV)/.installed
+	@$(MAKE) --no-print-directory -k -j$(TEST_JOBS) --output-sync=target $(TEST_STAGES)
 
 # The edit-test loop: everything but real daemons, processes and large tables, on SQLite.
 test-fast: $(VENV)/.installed
 	env -u ATP_TEST_DATABASE_URL $(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
 
 # The queue verbs' behaviour suite once more on the portable engine (ATP_ENGINE = "orm"),
-# which serves databases without an engine of their own: here on SQLite, and after the
-# database's own engine in test-postgres and test-mysql. CI (.ci/run) gives
+# which serves databases without an engine of their own: here on SQLite, and beside the
+# database's own engine in test-postgres-orm and test-mysql-orm. CI (.ci/run) gives
 # ORM_TESTS=tests: the whole suite on three databases, each with two engines.
 ORM_TESTS ?= tests/engine tests/daemon/test_execution.py tests/test_api.py
-# The pages' browser tests and the demo's run once per stack, in its SQLite stage: what
-# they check (pages, their scripts and layout, the demo project) is the same on every
-# database and engine, and the figures behind the pages are tested on each database
-# (tests/test_stats.py, tests/views). The other stages leave them out.
+# The pages' browser tests and the demo's run once per stack, in its SQLite stage
+# (test-pages): what they check (pages, their scripts and layout, the demo project) is
+# the same on every database and engine, and the figures behind the pages are tested on
+# each database (tests/test_stats.py, tests/views). The other stages leave them out.
 ONCE_TESTS ?= --ignore=tests/browser --ignore=tests/demo
+PAGE_TESTS ?= tests/browser tests/demo
 test-orm: $(VENV)/.installed
 	env -u ATP_TEST_DATABASE_URL ATP_TEST_ENGINE=orm $(PY) -m pytest $(PYTEST_ARGS) $(ORM_TESTS) $(ONCE_TESTS)
 
@@ -81,20 +91,43 @@ browser:
 		echo "== no Chromium and no root to install it: the browser tests will be skipped"; \
 	fi
 
-test-sqlite: $(VENV)/.installed
-	env -u ATP_TEST_DATABASE_URL $(PY) -m pytest $(PYTEST_ARGS)
+# The whole suite on SQLite: the pages' tests, and the rest, side by side under -j.
+test-sqlite: test-pages test-sqlite-core
 
-test-postgres: $(VENV)/.installed
-	@if $(PY) -c 'import os, psycopg; psycopg.connect(os.environ["ATP_TEST_DATABASE_URL"], connect_timeout=5).close()' 2>/dev/null; then \
-		echo "== PostgreSQL: $$ATP_TEST_DATABASE_URL"; \
-		$(PY) -m pytest $(PYTEST_ARGS) $(ONCE_TESTS) && \
-		echo "== PostgreSQL, the orm engine" && \
-		ATP_TEST_ENGINE=orm $(PY) -m pytest $(PYTEST_ARGS) $(ORM_TESTS) $(ONCE_TESTS); \
+test-pages: $(VENV)/.installed browser
+	env -u ATP_TEST_DATABASE_URL $(PY) -m pytest $(PYTEST_ARGS) $(PAGE_TESTS)
+
+test-sqlite-core: $(VENV)/.installed
+	env -u ATP_TEST_DATABASE_URL $(PY) -m pytest $(PYTEST_ARGS) $(ONCE_TESTS)
+
+# $(call orm_url,URL): the database URL of the orm engine's stage on URL's server, the
+# same but for `_orm` after its database's name, so that it runs beside the database's
+# own engine's stage.
+orm_url = $(dir $(1))$(notdir $(1))_orm
+
+# $(call on_postgres,TITLE,COMMAND): run COMMAND when PostgreSQL answers at
+# $(ATP_TEST_DATABASE_URL); otherwise a failure with ATP_REQUIRE_POSTGRES=1, else a message.
+postgres_answers = $(PY) -c 'import os, psycopg; \
+	psycopg.connect(os.environ["ATP_TEST_DATABASE_URL"], connect_timeout=5).close()' 2>/dev/null
+on_postgres = if $(postgres_answers); then \
+		echo "== PostgreSQL, $(1)" && $(2); \
 	elif [ "$(ATP_REQUIRE_POSTGRES)" = "1" ]; then \
 		echo "PostgreSQL is required but $$ATP_TEST_DATABASE_URL does not answer" >&2; exit 1; \
 	else \
-		echo "== PostgreSQL at $$ATP_TEST_DATABASE_URL does not answer: the suite ran on SQLite only"; \
+		echo "== PostgreSQL at $$ATP_TEST_DATABASE_URL does not answer: skipped"; \
 	fi
+
+# The whole suite (but ONCE_TESTS) on PostgreSQL with its engine, and ORM_TESTS on the
+# orm engine (in the database $(ATP_TEST_DATABASE_URL)_orm).
+test-postgres: test-postgres-own test-postgres-orm
+
+test-postgres-own: $(VENV)/.installed
+	@$(call on_postgres,its engine in $(ATP_TEST_DATABASE_URL),$(PY) -m pytest $(PYTEST_ARGS) $(ONCE_TESTS))
+
+test-postgres-orm: $(VENV)/.installed
+	@$(call on_postgres,the orm engine in $(call orm_url,$(ATP_TEST_DATABASE_URL)),\
+		ATP_TEST_DATABASE_URL=$(call orm_url,$(ATP_TEST_DATABASE_URL)) \
+		ATP_TEST_ENGINE=orm $(PY) -m pytest $(PYTEST_ARGS) $(ORM_TESTS) $(ONCE_TESTS))
 
 # MariaDB/MySQL at $(ATP_TEST_MYSQL_URL). Its driver (the `mysql` extra, mysqlclient)
 # builds against the client library's headers: the Debian packages are installed here
@@ -118,23 +151,34 @@ mysql_answers = $(PY) -c 'import sys, socket, urllib.parse as u; \
 	url = u.urlsplit(sys.argv[1]); \
 	socket.create_connection((url.hostname, url.port or 3306), timeout=5).close()' "$(1)"
 
-# The whole suite on the database's engine (mysql, docs/engines.md), then the queue
-# verbs' behaviour suite on the orm engine.
-MYSQL_TESTS ?= tests
-test-mysql: $(VENV)/.installed
+# The driver, installed once per make (a prerequisite of each MariaDB/MySQL stage) when
+# the server answers.
+mysql-driver: $(VENV)/.installed
 	@if $(call mysql_answers,$(ATP_TEST_MYSQL_URL)) 2>/dev/null; then \
-		$(MAKE) --no-print-directory $(VENV)/.mysql && \
-		echo "== MariaDB/MySQL: $$ATP_TEST_MYSQL_URL" && \
-		ATP_TEST_DATABASE_URL=$$ATP_TEST_MYSQL_URL $(PY) -m pytest $(PYTEST_ARGS) $(MYSQL_TESTS) \
-			$(ONCE_TESTS) && \
-		echo "== MariaDB/MySQL, the orm engine" && \
-		ATP_TEST_DATABASE_URL=$$ATP_TEST_MYSQL_URL ATP_TEST_ENGINE=orm $(PY) -m pytest \
-			$(PYTEST_ARGS) $(ORM_TESTS) $(ONCE_TESTS); \
+		$(MAKE) --no-print-directory $(VENV)/.mysql; fi
+
+# $(call on_mysql,TITLE,COMMAND): as on_postgres, for $(ATP_TEST_MYSQL_URL), which COMMAND
+# finds as ATP_TEST_DATABASE_URL unless it sets that itself.
+on_mysql = if $(call mysql_answers,$(ATP_TEST_MYSQL_URL)) 2>/dev/null; then \
+		echo "== MariaDB/MySQL, $(1)" && \
+		ATP_TEST_DATABASE_URL=$$ATP_TEST_MYSQL_URL $(2); \
 	elif [ "$(ATP_REQUIRE_MYSQL)" = "1" ]; then \
 		echo "MariaDB/MySQL is required but $$ATP_TEST_MYSQL_URL does not answer" >&2; exit 1; \
 	else \
 		echo "== MariaDB/MySQL at $$ATP_TEST_MYSQL_URL does not answer: skipped"; \
 	fi
+
+# The whole suite (MYSQL_TESTS, but ONCE_TESTS) on the database's engine (mysql,
+# docs/engines.md), and ORM_TESTS on the orm engine (in $(ATP_TEST_MYSQL_URL)_orm).
+MYSQL_TESTS ?= tests
+test-mysql: test-mysql-own test-mysql-orm
+
+test-mysql-own: mysql-driver
+	@$(call on_mysql,its engine in $(ATP_TEST_MYSQL_URL),$(PY) -m pytest $(PYTEST_ARGS) $(MYSQL_TESTS) $(ONCE_TESTS))
+
+test-mysql-orm: mysql-driver
+	@$(call on_mysql,the orm engine in $(call orm_url,$(ATP_TEST_MYSQL_URL)),\
+		ATP_TEST_DATABASE_URL=$(call orm_url,$(ATP_TEST_MYSQL_URL)) ATP_TEST_ENGINE=orm $(PY) -m pytest $(PYTEST_ARGS) $(ORM_TESTS) $(ONCE_TESTS))
 
 # Django 6 (built-in django.tasks) needs Python 3.12: the first interpreter found that is
 # 3.12 (pyenv's shim of python3.12 may refuse to run; pyenv's own copy is looked for).
@@ -147,30 +191,15 @@ DJANGO_NEXT ?= Django>=6.0,<6.2
 # daemons' processes and the databases' own behaviour, which no Django version changes,
 # run once per database in the main stack's `make test`. So: the whole suite on SQLite,
 # the fast tests on PostgreSQL and on MariaDB/MySQL (every test but the `slow` ones: real
-# daemons and processes, large tables), and the orm engine's suite on SQLite.
+# daemons and processes, large tables), and the orm engine's suite on SQLite; side by
+# side, as `make test` runs its stages.
 STACK_TARGETS ?= test-sqlite test-postgres-fast test-mysql-fast test-orm
 
 test-postgres-fast: $(VENV)/.installed
-	@if $(PY) -c 'import os, psycopg; psycopg.connect(os.environ["ATP_TEST_DATABASE_URL"], connect_timeout=5).close()' 2>/dev/null; then \
-		echo "== PostgreSQL, the fast tests: $$ATP_TEST_DATABASE_URL"; \
-		$(PY) -m pytest -m "not slow" $(PYTEST_ARGS) $(ONCE_TESTS); \
-	elif [ "$(ATP_REQUIRE_POSTGRES)" = "1" ]; then \
-		echo "PostgreSQL is required but $$ATP_TEST_DATABASE_URL does not answer" >&2; exit 1; \
-	else \
-		echo "== PostgreSQL at $$ATP_TEST_DATABASE_URL does not answer: skipped"; \
-	fi
+	@$(call on_postgres,the fast tests in $(ATP_TEST_DATABASE_URL),$(PY) -m pytest -m "not slow" $(PYTEST_ARGS) $(ONCE_TESTS))
 
-test-mysql-fast: $(VENV)/.installed
-	@if $(call mysql_answers,$(ATP_TEST_MYSQL_URL)) 2>/dev/null; then \
-		$(MAKE) --no-print-directory $(VENV)/.mysql && \
-		echo "== MariaDB/MySQL, the fast tests: $$ATP_TEST_MYSQL_URL" && \
-		ATP_TEST_DATABASE_URL=$$ATP_TEST_MYSQL_URL $(PY) -m pytest -m "not slow" $(PYTEST_ARGS) \
-			$(ONCE_TESTS); \
-	elif [ "$(ATP_REQUIRE_MYSQL)" = "1" ]; then \
-		echo "MariaDB/MySQL is required but $$ATP_TEST_MYSQL_URL does not answer" >&2; exit 1; \
-	else \
-		echo "== MariaDB/MySQL at $$ATP_TEST_MYSQL_URL does not answer: skipped"; \
-	fi
+test-mysql-fast: mysql-driver
+	@$(call on_mysql,the fast tests in $(ATP_TEST_MYSQL_URL),$(PY) -m pytest -m "not slow" $(PYTEST_ARGS) $(ONCE_TESTS))
 
 # Django 6 and Python 3.12, in a venv of its own (STACK_TARGETS).
 test-django6:
@@ -179,13 +208,15 @@ test-django6:
 		exit 1; fi
 	$(MAKE) .venv-django6/.installed VENV=.venv-django6 PYTHON="$(PYTHON312)"
 	.venv-django6/bin/python -m pip install --quiet '$(DJANGO_NEXT)'
-	$(MAKE) browser $(STACK_TARGETS) VENV=.venv-django6
+	@$(MAKE) --no-print-directory -k -j$(TEST_JOBS) --output-sync=target $(STACK_TARGETS) \
+		VENV=.venv-django6
 
 # The oldest supported Django, in a venv of its own (STACK_TARGETS).
 test-compat:
 	$(MAKE) .venv-compat/.installed VENV=.venv-compat
 	.venv-compat/bin/python -m pip install --quiet '$(DJANGO_COMPAT)'
-	$(MAKE) browser $(STACK_TARGETS) VENV=.venv-compat
+	@$(MAKE) --no-print-directory -k -j$(TEST_JOBS) --output-sync=target $(STACK_TARGETS) \
+		VENV=.venv-compat
 
 # Drain rate and enqueue->start latency of atpd (see bench/daemon.py), then 3 minutes of
 # a steady stream at a third of the drain rate (bench/stream.py), on SQLite and, when it

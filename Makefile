@@ -78,6 +78,13 @@ PAGE_TESTS ?= tests/browser tests/demo
 test-orm: $(VENV)/.installed
 	env -u ATP_TEST_DATABASE_URL ATP_TEST_ENGINE=orm $(PY) -m pytest $(PYTEST_ARGS) $(ORM_TESTS) $(ONCE_TESTS)
 
+# $(call apt_install,PACKAGES): install Debian's PACKAGES, one apt at a time: stages that
+# run side by side may each need one (flock), and apt waits for another apt's lock.
+APT_LOCK ?= /tmp/atp-apt.lock
+apt_install = flock $(APT_LOCK) sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+	apt-get install -y -qq -o DPkg::Lock::Timeout=600 --no-install-recommends "$$@" \
+	>/dev/null' apt-install $(1)
+
 # The browser tests drive Debian's Chromium. Installing it needs root; without it the
 # browser tests are skipped with a message (outside CI, where they must run).
 browser:
@@ -85,8 +92,7 @@ browser:
 		true; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 		echo "== installing Chromium for the browser tests"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-			--no-install-recommends chromium >/dev/null; \
+		$(call apt_install,chromium); \
 	else \
 		echo "== no Chromium and no root to install it: the browser tests will be skipped"; \
 	fi
@@ -105,10 +111,11 @@ test-sqlite-core: $(VENV)/.installed
 # own engine's stage.
 orm_url = $(dir $(1))$(notdir $(1))_orm
 
-# $(call on_postgres,TITLE,COMMAND): run COMMAND when PostgreSQL answers at
-# $(ATP_TEST_DATABASE_URL); otherwise a failure with ATP_REQUIRE_POSTGRES=1, else a message.
-postgres_answers = $(PY) -c 'import os, psycopg; \
-	psycopg.connect(os.environ["ATP_TEST_DATABASE_URL"], connect_timeout=5).close()' 2>/dev/null
+# $(call on_postgres,TITLE,COMMAND): run COMMAND when the PostgreSQL server of
+# $(ATP_TEST_DATABASE_URL) answers (its database need not exist: the tests create their
+# own); otherwise a failure with ATP_REQUIRE_POSTGRES=1, else a message.
+postgres_answers = $(PY) -c 'import os, psycopg; psycopg.connect( \
+	os.environ["ATP_TEST_DATABASE_URL"], dbname="postgres", connect_timeout=5).close()' 2>/dev/null
 on_postgres = if $(postgres_answers); then \
 		echo "== PostgreSQL, $(1)" && $(2); \
 	elif [ "$(ATP_REQUIRE_POSTGRES)" = "1" ]; then \
@@ -136,8 +143,7 @@ $(VENV)/.mysql: $(VENV)/.installed
 	@if ! pkg-config --exists libmariadb 2>/dev/null && ! pkg-config --exists mysqlclient 2>/dev/null; then \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 			echo "== installing libmariadb-dev and pkg-config for the MariaDB/MySQL driver"; \
-			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-				--no-install-recommends libmariadb-dev pkg-config >/dev/null; \
+			$(call apt_install,libmariadb-dev pkg-config); \
 		else \
 			echo "the MariaDB/MySQL driver needs libmariadb-dev and pkg-config (apt-get install as root)" >&2; \
 			exit 1; \

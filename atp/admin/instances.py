@@ -22,6 +22,7 @@ from atp.admin.lookups import CheckedLookups
 from atp.admin.paginators import EstimatedCountPaginator, no_facets
 from atp.admin.querysets import DateProbingQuerySet
 from atp.bulk import apply_to_each, delete_each_ended
+from atp.buttons import applies, delay
 from atp.converters import TASK_ID_PATTERN
 from atp.http import media_type, serve_response
 from atp.models import Instance, LogRecord, Response
@@ -41,11 +42,13 @@ from atp.templatetags.atp import progress, status_badge, timestamp_zone
 #: Larger inputs and responses are not shown on the task's page, only offered.
 PREVIEW_MAX_BYTES = 64 * 1024
 IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp", "image/svg+xml")
-#: The actions of the list offered as buttons on a task's page, and their labels.
+#: The actions of the list offered as buttons on a task's page: their labels, and the
+#: verbs whose states they apply to (``atp.buttons``; a button for another state is greyed).
 TASK_BUTTONS = {
-    "reenqueue_tasks": "Re-enqueue", "run_again_tasks": "Run again", "run_now_tasks": "Run now",
-    "pause_tasks": "Pause", "resume_tasks": "Resume", "cancel_tasks": "Cancel",
-    "delete_ended_tasks": "Delete (ended)",
+    "reenqueue_tasks": ("Re-enqueue", "reenqueue"), "run_again_tasks": ("Run again", "run_again"),
+    "run_now_tasks": ("Run now", "run_now"), "pause_tasks": ("Pause", "pause"),
+    "resume_tasks": ("Resume", "resume"), "cancel_tasks": ("Cancel", "cancel"),
+    "delete_ended_tasks": ("Delete (ended)", "delete_ended"),
 }
 #: Who may see a task's inputs and response on its page.
 PREVIEW_PERMISSIONS = {"inputs_preview": VIEW_INPUTS, "response_preview": VIEW_RESPONSE}
@@ -329,8 +332,11 @@ class InstanceAdmin(CheckedLookups, NumericKeys, admin.ModelAdmin):
         obj = context.get("original")
         if obj is not None:
             actions = self.get_actions(request)
-            context["atp_buttons"] = [(name, label) for name, label in TASK_BUTTONS.items()
-                                      if name in actions]
+            delayed = delay(obj) is not None
+            context["atp_buttons"] = [
+                (name, label, applies(verb, obj.status, delayed=delayed))
+                for name, (label, verb) in TASK_BUTTONS.items() if name in actions
+            ]
             # The same latest entries the history inline shows, oldest first.
             records = reversed(list(obj.log_records.order_by("-id")[:HISTORY_SHOWN]))
             context["atp_spent"] = {

@@ -1,5 +1,6 @@
-"""The subcommands that change tasks: ``enqueue``, ``reenqueue``, ``cancel``, ``retry`` and
-``purge``, each through the queue verbs the admin uses, in the operator's name.
+"""The subcommands that change tasks: ``enqueue``, ``reenqueue``, ``cancel``, ``run-again``,
+``run-now``, ``retry`` and ``purge``, each through the queue verbs the admin uses, in the
+operator's name.
 
 An argument only the database can judge (an unknown type, a number that is no task's)
 is checked before anything is changed; a task that refuses a verb is reported, and
@@ -73,33 +74,50 @@ def enqueue(type_identifier, inputs, *, identifier=None, priority=0, countdown=N
     return Report(document, [str(instance.pk)])
 
 
-#: The verbs ``reenqueue`` and ``cancel`` name, and what their lines say was done.
-VERBS = {"reenqueue": (engine.reenqueue, "re-enqueued"), "cancel": (engine.cancel, "cancelled")}
+#: The verbs ``steer`` applies, by subcommand: the queue verb, what its lines say was done,
+#: and whether it queues a new task (``run-again``: the ended task stays as it is).
+VERBS = {
+    "reenqueue": (engine.reenqueue, "re-enqueued", False),
+    "cancel": (engine.cancel, "cancelled", False),
+    "run-again": (engine.run_again, "queued again", True),
+    "run-now": (engine.run_now, "made runnable now", False),
+}
 
 
 def steer(verb_name, pks):
     """Apply the operator's verb ``verb_name`` to each task of ``pks``; report each."""
-    verb, done_label = VERBS[verb_name]
+    verb, done_label, makes_new = VERBS[verb_name]
     pks = list(dict.fromkeys(pks))
     known = set(Instance.objects.filter(pk__in=pks).values_list("pk", flat=True))
     unknown = [pk for pk in pks if pk not in known]
     if unknown:
         raise bad_argument(f"no task #{', #'.join(map(str, unknown))}: nothing was changed")
     by = actor()
-    refusals = {}
+    refusals, new = {}, {}
     for pk in pks:
         try:
-            verb(pk, by=by)
+            result = verb(pk, by=by)
         except (InvalidTransition, TaskAlreadyExists, TaskNotFound) as exc:
             refusals[pk] = refusal_reason(exc)
-    states = dict(Instance.objects.filter(pk__in=pks).values_list("pk", "status"))
-    tasks = [{"id": pk, "done": pk not in refusals, "status": _state(states.get(pk)),
-              "refused": refusals.get(pk)} for pk in pks]
+        else:
+            if makes_new:
+                new[pk] = result.pk
+    # The state each line tells is that of the task the verb left: the new one's for
+    # run-again.
+    states = dict(Instance.objects.filter(pk__in=[*pks, *new.values()])
+                  .values_list("pk", "status"))
+    tasks = [{"id": pk, "done": pk not in refusals, "status": _state(states.get(new.get(pk, pk))),
+              "refused": refusals.get(pk), **({"new_id": new.get(pk)} if makes_new else {})}
+             for pk in pks]
     lines = [f"#{t['id']} refused: {t['refused']}" if t["refused"] else
-             f"#{t['id']} {done_label} ({t['status']})" for t in tasks]
+             f"#{t['id']} {done_label}{_as_new(t)} ({t['status']})" for t in tasks]
     document = {"tasks": tasks, "done": len(pks) - len(refusals), "refused": len(refusals)}
     problem = f"{len(refusals)} of {len(pks)} tasks refused" if refusals else ""
     return Report(document, lines, problem)
+
+
+def _as_new(task):
+    return f" as #{task['new_id']}" if task.get("new_id") else ""
 
 
 def _state(status):

@@ -11,11 +11,12 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from atp import audit, engine
+from atp.buttons import applies, delay
 from atp.converters import parse_task_id
 from atp.engine import batches
 from atp.exceptions import InvalidTransition, TaskAlreadyExists, TaskNotFound
 from atp.http import is_inline_image, serve_response
-from atp.models import Batch, Instance, Response, Task, Type
+from atp.models import Batch, Instance, Response, Type
 from atp.presentation import (
     HISTORY_SHOWN,
     describe_inputs,
@@ -25,7 +26,7 @@ from atp.presentation import (
     timeline,
 )
 from atp.selection import BadFilter, TaskFilter
-from atp.states import IN_FLIGHT, LIVE, TERMINAL, Status
+from atp.states import TERMINAL, Status
 from atp.views.access import CHANGE, DELETE, VIEW, VIEW_INPUTS, VIEW_RESPONSE, staff_member
 from atp.views.headers import bad_request
 
@@ -34,12 +35,11 @@ PAGE_SIZE = 50
 
 @dataclass(frozen=True)
 class Action:
-    """A button of a task's page: its verb, what it did, the states it applies to, the
-    permission it takes, and the question asked before (None: none)."""
+    """A button of a task's page: its verb, what it did, the permission it takes, and the
+    question asked before (None: none). The states it applies to: ``atp.buttons``."""
 
     verb: object
     done: str
-    states: tuple
     permission: str = CHANGE
     question: str = None
 
@@ -51,14 +51,13 @@ def _delete(pk, *, by):
 
 #: The buttons of a task's page, in the order shown, by the name in their address.
 ACTIONS = {
-    "reenqueue": Action(engine.reenqueue, "re-enqueued",
-                        (*IN_FLIGHT, Status.FAILED, Status.CANCELLED)),
-    "pause": Action(engine.pause, "paused", (Status.RUNNING,)),
-    "resume": Action(engine.resume, "resumed", (Status.PAUSED,)),
-    "run-now": Action(engine.run_now, "made runnable now", (Status.ACCEPTED,)),
-    "run-again": Action(engine.run_again, "queued again", TERMINAL),
-    "cancel": Action(engine.cancel, "cancelled", LIVE, question="Cancel task #{pk}?"),
-    "delete": Action(_delete, "deleted", (Status.ACCEPTED, *TERMINAL), DELETE,
+    "reenqueue": Action(engine.reenqueue, "re-enqueued"),
+    "pause": Action(engine.pause, "paused"),
+    "resume": Action(engine.resume, "resumed"),
+    "run-now": Action(engine.run_now, "made runnable now"),
+    "run-again": Action(engine.run_again, "queued again"),
+    "cancel": Action(engine.cancel, "cancelled", question="Cancel task #{pk}?"),
+    "delete": Action(_delete, "deleted", DELETE,
                      question="Delete task #{pk} with its inputs, response and history?"),
 }
 
@@ -115,22 +114,13 @@ def task_list(request):
     })
 
 
-def _delay(instance):
-    """Return the time a queued task waits for, or None when it is runnable (or not queued)."""
-    if instance.status != Status.ACCEPTED:
-        return None
-    due = Task.objects.filter(pk=instance.pk, daemon__isnull=True).values_list(
-        "not_before", flat=True).first()
-    return due if due is not None and due > timezone.now() else None
-
-
 def _buttons(user, instance, eta):
     """Return the buttons of the task's page the user may press, each enabled or greyed."""
     buttons = []
     for name, action in ACTIONS.items():
         if not user.has_perm(action.permission):
             continue
-        enabled = instance.status in action.states and (name != "run-now" or eta is not None)
+        enabled = applies(name.replace("-", "_"), instance.status, delayed=eta is not None)
         buttons.append({
             "verb": name, "label": name.replace("reenqueue", "re-enqueue").replace("-", " "),
             "enabled": enabled, "danger": action.question is not None,
@@ -145,7 +135,7 @@ def task_detail(request, pk):
     instance = get_object_or_404(Instance.objects.select_related("type", "daemon"), pk=pk)
     history = instance.log_records.order_by("-id")[:HISTORY_SHOWN]
     response = Response.objects.filter(pk=pk).defer("data").first()
-    eta = _delay(instance)
+    eta = delay(instance)
     context = {
         "task": instance,
         "timeline": timeline(reversed(list(history)), instance.status, timezone.now()),

@@ -288,6 +288,29 @@ def test_the_task_page_acts_through_the_lists_actions_asking_first(admin, noop_t
     assert "cancelled" in last_message(done)
 
 
+def enabled_buttons(page):
+    """Return the actions of a task page's buttons that are not greyed."""
+    return [name for name, rest in re.findall(
+        r'name="action" value="(\w+)">.*?<button([^>]*)>', page, re.S) if "disabled" not in rest]
+
+
+def test_the_task_pages_buttons_are_greyed_where_its_state_does_not_allow_them(admin, noop_type):
+    waiting = atp.enqueue("tests.noop")
+    delayed = atp.enqueue("tests.noop", countdown=3600)
+    failed = TaskFactory(type=noop_type, status=Status.FAILED)
+    running = TaskFactory(type=noop_type, status=Status.RUNNING)
+
+    def enabled(task):
+        return enabled_buttons(admin.get(f"{CHANGELIST}{task.pk}/change/").content.decode())
+
+    assert enabled(waiting) == ["cancel_tasks"]
+    assert enabled(delayed) == ["run_now_tasks", "cancel_tasks"]
+    assert enabled(failed) == ["reenqueue_tasks", "run_again_tasks", "delete_ended_tasks"]
+    assert enabled(running) == ["reenqueue_tasks", "pause_tasks", "cancel_tasks"]
+    page = admin.get(f"{CHANGELIST}{failed.pk}/change/").content.decode()
+    assert 'disabled title="not for a task that is failed"' in page
+
+
 def test_the_task_pages_actions_refuse_what_is_not_one_or_not_theirs(admin, log_in, client, noop_type):
     task = atp.enqueue("tests.noop")
     act = f"{CHANGELIST}{task.pk}/act/"

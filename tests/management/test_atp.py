@@ -154,6 +154,8 @@ def test_enqueue_of_a_taken_name_is_refused_and_adds_nothing(noop_type):
     (["enqueue", "tests.noop", "--identifier", "a b"], "a task identifier has only letters"),
     (["cancel", "12x"], "'12x' is not a task number"),
     (["reenqueue", "99999999"], "no task #99999999: nothing was changed"),
+    (["run-again"], "the following arguments are required: ID"),
+    (["run-now", "#1"], "'#1' is not a task number"),
     (["retry", "--type", "tests.noop", "--state", "DONE"], "invalid choice: 'DONE'"),
     (["retry", "--type", "tests.noop", "--state", "FINISHED"], "invalid choice: 'FINISHED'"),
     (["retry", "--type", "tests.nope"], "no task type 'tests.nope' is registered"),
@@ -168,7 +170,7 @@ def test_bad_arguments_get_a_clear_error_and_change_nothing(noop_type, row_count
     assert (snapshot(task), row_counts()) == (before, rows)
 
 
-# -- reenqueue and cancel -------------------------------------------------------------
+# -- reenqueue, cancel, run-again and run-now -------------------------------------------------------------
 
 
 def test_cancel_and_reenqueue_name_the_cli_and_the_os_user_in_the_history(noop_type):
@@ -193,6 +195,31 @@ def test_a_refusal_is_reported_and_the_other_tasks_are_changed(noop_type, daemon
         {"id": queued.pk, "done": True, "status": "CANCELLED", "refused": None},
     ]
     assert snapshot(finished) == before
+
+
+def test_run_again_queues_a_new_task_and_run_now_ends_a_delay(noop_type, daemon):
+    failed = TaskFactory(type=noop_type, status=Status.FAILED, daemon=daemon)
+    document = atp_command("run-again", failed.pk)
+    [line] = document["tasks"]
+    assert line["done"] and line["status"] == "ACCEPTED" and line["new_id"] != failed.pk
+    again = Instance.objects.get(pk=line["new_id"])
+    assert (again.type_id, again.status) == (noop_type.pk, Status.ACCEPTED)
+    assert Instance.objects.get(pk=failed.pk).status == Status.FAILED
+    out = StringIO()
+    call_command("atp", "run-again", failed.pk, stdout=out)
+    assert out.getvalue().startswith(f"#{failed.pk} queued again as #")
+
+    delayed = atp.enqueue("tests.noop", countdown=3600)
+    assert atp_command("run-now", delayed.pk)["tasks"] == [
+        {"id": delayed.pk, "done": True, "status": "ACCEPTED", "refused": None}]
+    assert Task.objects.filter(pk=delayed.pk, not_before__lte=Now()).exists()
+    # Runnable already, or not waiting: refused, and reported.
+    error, document = refused("run-now", delayed.pk, failed.pk)
+    assert error == "2 of 2 tasks refused"
+    assert [t["done"] for t in document["tasks"]] == [False, False]
+    error, document = refused("run-again", delayed.pk)
+    assert document["tasks"] == [{"id": delayed.pk, "done": False, "status": "ACCEPTED",
+                                  "refused": document["tasks"][0]["refused"], "new_id": None}]
 
 
 def test_an_unknown_task_among_several_changes_none_of_them(noop_type):

@@ -1,5 +1,5 @@
 """``manage.py atp``: the operator's command line (status, types, enqueue, reenqueue,
-cancel, retry, purge, doctor). Options only: the work is in ``atp.cli``."""
+cancel, run-again, run-now, retry, purge, doctor). Options only: the work is in ``atp.cli``."""
 
 import argparse
 import json
@@ -24,7 +24,8 @@ class Command(BaseCommand):
     # doctor reports what the system checks flag rather than refusing to run, and an
     # operator must be able to look at a queue whose settings are wrong.
     requires_system_checks = []
-    help = "Watch and steer atp's queue: status, types, enqueue, reenqueue, cancel, retry, purge, doctor."
+    help = ("Watch and steer atp's queue: status, types, enqueue, reenqueue, cancel, run-again, "
+            "run-now, retry, purge, doctor.")
 
     def add_arguments(self, parser):
         common = CommandParser(add_help=False)
@@ -67,6 +68,8 @@ class Command(BaseCommand):
         for name, help_text in (
             ("reenqueue", "Put tasks back in the queue (in flight, failed or cancelled ones)."),
             ("cancel", "Cancel live tasks."),
+            ("run-again", "Queue a new task with each ended task's inputs (the ended one stays)."),
+            ("run-now", "Make delayed tasks runnable now."),
         ):
             verb = add(name, help_text)
             verb.add_argument("ids", nargs="+", type=arguments.task_id, metavar="ID",
@@ -109,7 +112,7 @@ class Command(BaseCommand):
             return steering.enqueue(options["type"], options["inputs"],
                                     identifier=options["identifier"],
                                     priority=options["priority"], countdown=options["countdown"])
-        if subcommand in ("reenqueue", "cancel"):
+        if subcommand in steering.VERBS:
             return steering.steer(subcommand, options["ids"])
         if subcommand == "retry":
             return steering.retry(options["type"], Status(options["state"]), options["since"],

@@ -1,4 +1,4 @@
-"""The charts of atp's pages: the queue's history (``atp.stats.activity``) drawn by the
+"""The charts of atp's pages: the queue's history (``atp.trends.activity``) drawn by the
 server as inline SVG, so that they need no script, no library and nothing the pages'
 Content-Security-Policy refuses (no inline style: the colours are classes of
 ``atp.css``).
@@ -94,7 +94,7 @@ class Chart:
 
 
 def draw(activity, window):
-    """Return the charts of ``activity`` (an ``atp.stats.Activity`` over ``window``):
+    """Return the charts of ``activity`` (an ``atp.trends.Activity`` over ``window``):
     tasks per minute, the queue's depth, and the wait before start."""
     times = [_label_of(start, window) for start in activity.starts]
     return (_throughput(activity, window, times), _depth(activity, window, times),

@@ -24,7 +24,7 @@ from prometheus_client.core import GaugeHistogramMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.utils import floatToGoString
 
-from atp import stats
+from atp import histograms, stats
 from atp.conf import conf
 from atp.db import database_now
 from atp.models import Task, Type
@@ -75,7 +75,7 @@ def _families():
 
 
 def _buckets(histogram):
-    bounds = [floatToGoString(bound) for bound in stats.BUCKET_BOUNDS_SECONDS]
+    bounds = [floatToGoString(bound) for bound in histograms.BUCKET_BOUNDS_SECONDS]
     return [*zip(bounds, histogram.buckets, strict=True), ("+Inf", histogram.count)]
 
 
@@ -93,7 +93,7 @@ class Collector:
         window = datetime.timedelta(seconds=conf.METRICS_WINDOW_SECONDS)
         families = _families()
         now = database_now(router.db_for_read(Task))
-        live, waiting, ended = stats.live_counts(), stats.waiting_by_type(), stats.ended_spans(window)
+        live, waiting, ended = stats.live_counts(), stats.waiting_by_type(), histograms.ended_spans(window)
         empty = stats.Waiting(0, 0)
         for task_type in stats.with_runners(Type.objects.order_by("identifier")):
             label = [task_type.identifier]
@@ -116,8 +116,8 @@ class Collector:
     @staticmethod
     def _add_ended(families, label, ended):
         if ended is None:
-            nothing = stats.Histogram((0,) * len(stats.BUCKET_BOUNDS_SECONDS), 0, 0.0)
-            ended = stats.Ended({}, nothing, nothing)
+            nothing = histograms.Histogram((0,) * len(histograms.BUCKET_BOUNDS_SECONDS), 0, 0.0)
+            ended = histograms.Ended({}, nothing, nothing)
         for state in TERMINAL:
             families["ended"].add_metric([*label, state], ended.counts.get(state, 0))
         for name in ("run", "wait"):

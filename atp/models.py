@@ -424,7 +424,7 @@ class LogRecord(models.Model):
         ordering = ["id"]
         indexes = [
             models.Index(fields=["instance", "id"], name="atp_logrecord_timeline_idx"),
-            # The charts (atp.stats.activity): the entries of a state in a window, and
+            # The charts (atp.trends.activity): the entries of a state in a window, and
             # their attempts (a retry is an ACCEPTED entry after an attempt), read from
             # the index alone. No condition: SQLite would match one only against literal
             # states, and Django binds them as parameters.

@@ -3,21 +3,21 @@ import datetime
 import pytest
 from django.utils import timezone
 
-from atp import charts, stats
+from atp import charts, histograms, trends
 
 MINUTE = datetime.timedelta(minutes=1)
-NONE = stats.Histogram((0,) * len(stats.BUCKET_BOUNDS_SECONDS), 0, 0.0)
+NONE = histograms.Histogram((0,) * len(histograms.BUCKET_BOUNDS_SECONDS), 0, 0.0)
 
 
 def histogram(seconds):
     """A histogram of one task that waited ``seconds``."""
-    return stats.Histogram(tuple(int(seconds <= bound) for bound in stats.BUCKET_BOUNDS_SECONDS), 1, seconds)
+    return histograms.Histogram(tuple(int(seconds <= bound) for bound in histograms.BUCKET_BOUNDS_SECONDS), 1, seconds)
 
 
 def activity(points, step=MINUTE, **series):
     start = datetime.datetime(2026, 11, 26, 8, 0, tzinfo=datetime.UTC)
     figures = {name: series.get(name, (0,) * points) for name in ("finished", "failed", "retried", "depth")}
-    return stats.Activity(starts=tuple(start + index * step for index in range(points)), step=step,
+    return trends.Activity(starts=tuple(start + index * step for index in range(points)), step=step,
                           wait=series.get("wait", (NONE,) * points), **figures)
 
 

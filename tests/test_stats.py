@@ -4,7 +4,7 @@ import pytest
 from django.db.models import F
 
 import atp
-from atp import stats
+from atp import histograms, stats, trends
 from atp.models import Instance
 from atp.states import Status
 from tests.factories import TaskFactory
@@ -68,10 +68,10 @@ def test_ended_spans_read_only_the_window(noop_type, daemon):
     old = TaskFactory(type=noop_type, status=Status.FINISHED, daemon=daemon)
     Instance.objects.filter(pk=old.pk).update(finished=F("finished") - datetime.timedelta(minutes=10))
     Instance.objects.filter(pk=recent.pk).update(started=F("finished") - datetime.timedelta(seconds=7))
-    ended = stats.ended_spans(datetime.timedelta(minutes=5))[noop_type.pk]
+    ended = histograms.ended_spans(datetime.timedelta(minutes=5))[noop_type.pk]
     assert ended.counts == {Status.FINISHED: 1}
     assert ended.run.count == 1 and ended.run.sum_seconds == pytest.approx(7)
-    five, ten = (stats.BUCKET_BOUNDS_SECONDS.index(bound) for bound in (5, 10))
+    five, ten = (histograms.BUCKET_BOUNDS_SECONDS.index(bound) for bound in (5, 10))
     assert (ended.run.buckets[five], ended.run.buckets[ten]) == (0, 1)
 
 
@@ -102,13 +102,13 @@ def test_daemons_gone_with_leases_are_the_silent_or_stopped_ones_that_hold_tasks
 
 
 def test_a_histogram_estimates_its_quantiles_within_its_buckets():
-    one_second = stats.BUCKET_BOUNDS_SECONDS.index(1)
-    histogram = stats.Histogram(tuple(0 if index < one_second else 4
-                                      for index in range(len(stats.BUCKET_BOUNDS_SECONDS))), 4, 3.0)
+    one_second = histograms.BUCKET_BOUNDS_SECONDS.index(1)
+    histogram = histograms.Histogram(tuple(0 if index < one_second else 4
+                                      for index in range(len(histograms.BUCKET_BOUNDS_SECONDS))), 4, 3.0)
     assert histogram.quantile(0.5) == pytest.approx(0.75)  # all in (0.5, 1]: halfway through
-    assert stats.Histogram((0,) * len(stats.BUCKET_BOUNDS_SECONDS), 0, 0.0).quantile(0.5) is None
-    beyond = stats.Histogram((0,) * len(stats.BUCKET_BOUNDS_SECONDS), 2, 99999.0)
-    assert beyond.quantile(0.95) == stats.BUCKET_BOUNDS_SECONDS[-1]
+    assert histograms.Histogram((0,) * len(histograms.BUCKET_BOUNDS_SECONDS), 0, 0.0).quantile(0.5) is None
+    beyond = histograms.Histogram((0,) * len(histograms.BUCKET_BOUNDS_SECONDS), 2, 99999.0)
+    assert beyond.quantile(0.95) == histograms.BUCKET_BOUNDS_SECONDS[-1]
 
 
 MINUTE = datetime.timedelta(minutes=1)
@@ -169,7 +169,7 @@ def waiting(minutes):
 
 def test_activity_counts_the_windows_ends_retries_waits_and_queue_by_minute(history, noop_type):
     now, m0 = history
-    hour = stats.activity(now, datetime.timedelta(hours=1), MINUTE, [noop_type.pk], waiting_now=3)
+    hour = trends.activity(now, datetime.timedelta(hours=1), MINUTE, [noop_type.pk], waiting_now=3)
     assert len(hour.starts) == 60 and hour.starts[-1] == m0 and hour.step == MINUTE
     ago = {minutes: 59 - minutes for minutes in range(60)}  # the point of m0 - minutes
     assert hour.finished[ago[10]] == 1 and sum(hour.finished) == 1
@@ -183,10 +183,10 @@ def test_activity_counts_the_windows_ends_retries_waits_and_queue_by_minute(hist
 
 def test_activity_of_every_type_and_over_a_day(history, noop_type):
     now, m0 = history
-    everything = stats.activity(now, datetime.timedelta(hours=1), MINUTE, None, waiting_now=4)
+    everything = trends.activity(now, datetime.timedelta(hours=1), MINUTE, None, waiting_now=4)
     assert everything.depth[-31] == 2 and everything.depth[-32] == 1  # echo's task came at m0-30
     quarter = 15 * MINUTE
-    day = stats.activity(now, datetime.timedelta(days=1), quarter, [noop_type.pk], waiting_now=3)
+    day = trends.activity(now, datetime.timedelta(days=1), quarter, [noop_type.pk], waiting_now=3)
     assert len(day.starts) == 96 and day.starts[-1] <= m0 < day.starts[-1] + quarter
     [point] = [index for index, start in enumerate(day.starts)
                if start <= m0 - 10 * MINUTE < start + quarter]
@@ -229,7 +229,7 @@ def test_the_charts_queries_read_the_window_through_indexes_with_a_million_histo
     for type_ids in (None, [noop_type.pk]):
         for span, step in ((datetime.timedelta(hours=1), MINUTE), (datetime.timedelta(days=1), 15 * MINUTE)):
             with CaptureQueriesContext(connection) as queries:
-                shown = stats.activity(database_now("default"), span, step, type_ids, waiting_now=0)
+                shown = trends.activity(database_now("default"), span, step, type_ids, waiting_now=0)
             assert sum(shown.finished) == 1
             for query in queries.captured_queries:
                 if "atp_logrecord" in query["sql"] or "atp_instance" in query["sql"]:
@@ -249,7 +249,7 @@ def test_the_charts_queries_search_indexes_on_sqlite(noop_type):
         pytest.skip("SQLite's plans (PostgreSQL's: the test above)")
     for type_ids in (None, [noop_type.pk]):
         with CaptureQueriesContext(connection) as queries:
-            stats.activity(database_now("default"), datetime.timedelta(days=1), 15 * MINUTE, type_ids, 0)
+            trends.activity(database_now("default"), datetime.timedelta(days=1), 15 * MINUTE, type_ids, 0)
         for query in queries.captured_queries:
             with connection.cursor() as cursor:
                 cursor.execute(f"EXPLAIN QUERY PLAN {query['sql']}")

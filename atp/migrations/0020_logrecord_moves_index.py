@@ -1,5 +1,5 @@
 """An index of the history by state and time: the charts count, minute by minute, the
-entries that move tasks into and out of the queue in a window (``atp.stats.activity``)
+entries that move tasks into and out of the queue in a window (``atp.trends.activity``)
 without reading the rest of the history."""
 
 from django.db import migrations, models

@@ -2,7 +2,7 @@
 
 from django.db import router
 
-from atp import charts, stats
+from atp import charts, trends
 from atp.db import database_now
 from atp.models import Instance
 
@@ -24,7 +24,7 @@ def chart_context(window, type_ids, waiting_now):
     """Return what ``atp/_charts.html`` shows: the charts of the tasks of ``type_ids``
     (None: every type) over ``window``, their queue reckoned back from ``waiting_now``."""
     now = database_now(router.db_for_read(Instance))
-    activity = stats.activity(now, window.span, window.step, type_ids, waiting_now)
+    activity = trends.activity(now, window.span, window.step, type_ids, waiting_now)
     return {
         "window": window,
         "windows": list(charts.WINDOWS.values()),

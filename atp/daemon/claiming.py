@@ -70,8 +70,10 @@ class ClaimPolicy:
         # poll, as found after the last claim that took all that was runnable; None: none
         # that soon.
         self.next_due = None
-        # When to ask for that (None: not to ask).
+        # When to ask for that (None: not to ask), and when the claim it follows began (a
+        # rate's bucket is judged as that claim found it, or a moment before).
         self.due_lookup_at = None
+        self.claim_began_at = None
 
     # -- what happened -----------------------------------------------------------------
 
@@ -92,6 +94,7 @@ class ClaimPolicy:
     def began(self, now):
         """Note a claim begun at ``now``: it is the poll, whatever comes of it."""
         self.next_poll = now + self.poll_interval
+        self.claim_began_at = now
 
     def claimed(self, limit, taken, now, *, is_stopping):
         """Note a claim for ``limit`` tasks that took ``taken``, its tasks handed out at
@@ -103,13 +106,14 @@ class ClaimPolicy:
                               else now + NEXT_DUE_LOOKUP_DELAY_SECONDS)
 
     def take_due_lookup(self, now, *, is_stopping):
-        """Return whether to ask now when the next delayed task comes due: once, when the
-        time noted by ``claimed`` has come, unless a claim is called for meanwhile (it
-        asks again after it) or the daemon stops."""
+        """Return how long ago the last claim began (seconds) when the time has come to ask
+        when the next delayed task comes due: once, when the time noted by ``claimed``
+        has come, unless a claim is called for meanwhile (it asks again after it) or the
+        daemon stops; else None."""
         if self.due_lookup_at is None or now < self.due_lookup_at:
-            return False
+            return None
         self.due_lookup_at = None
-        return not (self.expects_tasks or is_stopping)
+        return None if self.expects_tasks or is_stopping else now - self.claim_began_at
 
     def due_in(self, seconds, now):
         """Note the answer, at ``now``: the next delayed task comes due in ``seconds`` (None:

@@ -548,10 +548,11 @@ class Supervisor:
         time (an ``eta``, a retry's backoff) becomes runnable, or the next token of a
         type with a rate and runnable tasks comes, if before the next poll (see
         ``atp.daemon.claiming``)."""
-        if not self.claims.take_due_lookup(now, is_stopping=self.drain_deadline is not None):
+        claimed_ago = self.claims.take_due_lookup(now, is_stopping=self.drain_deadline is not None)
+        if claimed_ago is None:
             return
         seconds = engine.next_due(self.catalog.type_ids(), self.config.poll_interval,
-                                  rates=self.catalog.has_rates)
+                                  rates=self.catalog.has_rates, claimed_ago=claimed_ago)
         self.claims.due_in(seconds, time.monotonic())
 
     def _give_out(self, instances, slots=None):

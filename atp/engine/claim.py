@@ -91,37 +91,43 @@ def settle_and_claim(daemon, outcomes, limit, type_ids, *, start, limited=False)
     return settled, instances
 
 
-def next_due(type_ids, within, *, rates=False):
+def next_due(type_ids, within, *, rates=False, claimed_ago=0.0):
     """Return in how many seconds the first task of ``type_ids`` waiting for its time
     (an ``eta``, a ``countdown``, a retry's backoff) becomes runnable, if it does within
     ``within`` seconds, else None: an idle daemon sleeps until then rather than until
     its next poll. Unleased, unpaused tasks only; paused types are left to the claim.
     With ``rates`` (a type among them has a ``rate``), also when the bucket of a type
-    with runnable tasks waiting next holds a token."""
+    with runnable tasks that was empty at the daemon's last claim, ``claimed_ago``
+    seconds ago, holds a token again: 0 when it already does."""
     type_ids = list(type_ids)
     if not type_ids:
         return None
     due = engine().next_due(type_ids, within)
     if rates:
-        token = _next_token(type_ids)
+        token = _next_token(type_ids, claimed_ago)
         if token is not None and token < within:
             due = token if due is None else min(due, token)
     return due
 
 
-def _next_token(type_ids):
+def _next_token(type_ids, claimed_ago):
     """Return in how many seconds the first bucket of ``type_ids``'s rate-limited types that
-    is empty while tasks of its type are runnable holds a token again (None: none such)."""
+    was empty ``claimed_ago`` seconds ago, at the last claim, while tasks of its type are
+    runnable holds a token again (0: it does already; None: none such).
+
+    As of the claim, not of now: a bucket the claim found empty held its tasks back,
+    however late the daemon asks (under load, after the token came); one that held a
+    token did not (a concurrency limit did), and waiting for it would claim in vain."""
     buckets = list(Type.objects.filter(pk__in=type_ids, is_paused=False, rate__isnull=False)
                    .values_list("pk", "rate", "bucket_size", "tokens", "tokens_at"))
     if not buckets:
         return None
-    now = database_now(database())
+    claimed_at = database_now(database()) - datetime.timedelta(seconds=claimed_ago)
     waits = {}
     for type_id, rate, size, tokens, tokens_at in buckets:
-        tokens = tokens_now(rate, size, tokens, tokens_at, now)
+        tokens = tokens_now(rate, size, tokens, tokens_at, claimed_at)
         if tokens < 1:
-            waits[type_id] = seconds_to_token(rate, tokens)
+            waits[type_id] = max(0.0, seconds_to_token(rate, tokens) - claimed_ago)
     # One probe per empty bucket, stopping at its first runnable task (the type's rows
     # are read through the unique (type, identifier) index).
     runnable = [type_id for type_id in waits if Task.objects.filter(

@@ -94,9 +94,15 @@ def test_no_claim_without_room_nor_while_claimed_tasks_are_held():
 
 def test_the_next_due_time_is_asked_for_once_a_moment_after_a_claim_that_took_all():
     policy = settled(10.0, limit=4, taken=1)
-    assert not policy.take_due_lookup(10.0 + LOOKUP / 2, is_stopping=False)
-    assert policy.take_due_lookup(10.0 + LOOKUP, is_stopping=False)
-    assert not policy.take_due_lookup(10.0 + 2 * LOOKUP, is_stopping=False)
+    assert policy.take_due_lookup(10.0 + LOOKUP / 2, is_stopping=False) is None
+    # It says how long ago the claim was: a rate's bucket is judged as the claim found it.
+    assert policy.take_due_lookup(10.0 + LOOKUP, is_stopping=False) == pytest.approx(LOOKUP)
+    assert policy.take_due_lookup(10.0 + 2 * LOOKUP, is_stopping=False) is None
+
+
+def test_a_late_question_says_how_late_it_is():
+    policy = settled(10.0, limit=4, taken=1)
+    assert policy.take_due_lookup(10.6, is_stopping=False) == pytest.approx(0.6)
 
 
 def test_the_next_due_time_is_not_asked_for_after_a_full_claim_nor_while_stopping():
@@ -111,7 +117,7 @@ def test_a_claim_called_for_or_a_stop_meanwhile_drops_the_question(what):
     policy = settled(10.0)
     if what == "woken":
         policy.woken()  # the claim it calls for asks again after it, if it takes all
-    assert not policy.take_due_lookup(10.0 + LOOKUP, is_stopping=what == "stopping")
+    assert policy.take_due_lookup(10.0 + LOOKUP, is_stopping=what == "stopping") is None
     assert policy.due_lookup_at is None
 
 

@@ -196,3 +196,18 @@ def test_an_idle_daemon_learns_when_the_next_token_comes(daemon):
     assert engine.next_due([task_type.pk], 0.1, rates=True) is None  # not before the poll
     set_bucket(task_type, 1.5, seconds_ago=0)  # a token now: the claim takes it
     assert engine.next_due([task_type.pk], 5, rates=True) is None
+
+
+def test_a_token_that_came_while_the_daemon_was_slow_to_ask_is_due_at_once(daemon):
+    # The claim found the bucket empty 0.6 s ago; the daemon, slow under load, asks only
+    # now, when the token it waits for has come: the claim is due now, not at the poll.
+    task_type = rated(rate="2/s", bucket_size=1)
+    atp.enqueue_many("tests.rated", [{}] * 3)
+    set_bucket(task_type, 0, seconds_ago=0.6)
+    assert engine.next_due([task_type.pk], 5, rates=True, claimed_ago=0.6) == 0
+    set_bucket(task_type, 0, seconds_ago=0.2)  # the token comes 0.3 s after the claim
+    assert 0.2 < engine.next_due([task_type.pk], 5, rates=True, claimed_ago=0.2) <= 0.3
+    # A bucket that held a token at the claim did not hold the claim back (a concurrency
+    # limit did): no token is waited for, and the daemon does not claim again and again.
+    set_bucket(task_type, 1, seconds_ago=0.6)
+    assert engine.next_due([task_type.pk], 5, rates=True, claimed_ago=0.6) is None

@@ -35,6 +35,21 @@ def row_counts():
     return count
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--once-elsewhere", action="store_true",
+        help="leave out the tests marked `once`: what they test does not depend on the "
+             "database or engine, and another stage of the stack runs them (make test)")
+
+
+def pytest_collection_modifyitems(config, items):
+    if not config.getoption("--once-elsewhere"):
+        return
+    kept = [item for item in items if item.get_closest_marker("once") is None]
+    config.hook.pytest_deselected(items=[item for item in items if item not in kept])
+    items[:] = kept
+
+
 def pytest_report_header(config):
     import django
     from django.conf import settings

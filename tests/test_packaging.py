@@ -9,6 +9,7 @@ import pytest
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.once
 @pytest.mark.slow
 def test_the_wheel_ships_migrations_templates_and_statements_and_nothing_else(tmp_path):
     # From a clean copy: a build/ folder left by an earlier build would leak old files.

@@ -73,6 +73,7 @@ def atpd(*args, pickle):
     )
 
 
+@pytest.mark.once
 @pytest.mark.slow
 @pytest.mark.skipif(os.geteuid() != 0, reason="runs as root only")
 @pytest.mark.django_db(transaction=True)

@@ -38,6 +38,7 @@ def run_until(daemon, task):
     return atp.get_response(task).text
 
 
+@pytest.mark.once
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_atpd_reload_restarts_the_daemon_when_its_code_changes(start_daemon, handler_module):
@@ -61,6 +62,7 @@ def test_atpd_reload_restarts_the_daemon_when_its_code_changes(start_daemon, han
     assert daemon.wait(30) == 0, daemon.output()
 
 
+@pytest.mark.once
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_atpd_reload_outlives_a_syntax_error_and_runs_the_fixed_code(start_daemon, handler_module):

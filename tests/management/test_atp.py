@@ -361,6 +361,7 @@ def test_doctor_reports_space_worth_giving_back(noop_type, monkeypatch):
 # -- the command as a process: exit codes, standard error, JSON ----------------------------
 
 
+@pytest.mark.once
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_exit_codes_standard_error_and_json_of_a_real_process(noop_type):

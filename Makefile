@@ -68,8 +68,8 @@ test-fast: $(VENV)/.installed
 
 # The queue verbs' behaviour suite once more on the portable engine (ATP_ENGINE = "orm"),
 # which serves databases without an engine of their own: here on SQLite, and beside the
-# database's own engine in test-postgres-orm and test-mysql-orm. CI (.ci/run) gives
-# ORM_TESTS=tests: the whole suite on three databases, each with two engines.
+# database's own engine in test-postgres-orm and test-mysql-orm. ORM_TESTS=tests runs the
+# whole suite on three databases, each with two engines (on demand: about 20 minutes more).
 ORM_TESTS ?= tests/engine tests/daemon/test_execution.py tests/test_api.py
 # The pages' browser tests and the demo's run once per stack, in its SQLite stage
 # (test-pages): what they check (pages, their scripts and layout, the demo project) is

@@ -11,9 +11,10 @@ import logging
 import os
 import time
 
-from django.db import InterfaceError, OperationalError, connections
+from django.db import InterfaceError, InternalError, OperationalError, connections
 from django.db.backends.signals import connection_created
 
+from atp.conf import conf
 from atp.daemon.suspension import writing
 from atp.db import is_retryable
 from atp.engine.databases import database_of
@@ -21,8 +22,10 @@ from atp.exceptions import InvalidTransition, TaskNotFound
 
 logger = logging.getLogger(__name__)
 
-#: Errors that mean "the database is unreachable right now", not "this query is wrong".
-CONNECTION_ERRORS = (OperationalError, InterfaceError)
+#: Errors that mean "the database is unreachable right now", not "this query is wrong":
+#: among them the end of a session the server closed (PostgreSQL says so with an
+#: InternalError: its idle-in-transaction time-out ended a daemon frozen in a transaction).
+CONNECTION_ERRORS = (OperationalError, InterfaceError, InternalError)
 #: Errors that mean the task was decided elsewhere (changed, deleted) meanwhile.
 TASK_MOVED_ON = (InvalidTransition, TaskNotFound)
 FIRST_BACKOFF_SECONDS = 0.2
@@ -40,7 +43,10 @@ def harden_connections(alias):
 
     Connections get what their database has for it (``Database.harden``: on PostgreSQL
     a connect timeout and TCP keepalives, unless the project sets them) and per-session
-    limits (``Database.limit_waits``: a statement timeout, SQLite's busy timeout).
+    limits (``Database.limit_waits``: a statement timeout, SQLite's busy timeout, and
+    the daemon time-out for a transaction left idle: a daemon frozen inside one, by
+    SIGSTOP or a paused machine, would otherwise hold its locks, and stall the daemons
+    waiting on them, until it thaws).
     Forked workers inherit the connection options but not the per-session limits,
     which apply to this process only.
     """
@@ -53,7 +59,8 @@ def harden_connections(alias):
             return
         with connection.cursor() as cursor:
             database.limit_waits(cursor, lock_wait_seconds=SUPERVISOR_WAIT_SECONDS,
-                                 statement_seconds=SUPERVISOR_STATEMENT_TIMEOUT_SECONDS)
+                                 statement_seconds=SUPERVISOR_STATEMENT_TIMEOUT_SECONDS,
+                                 idle_in_transaction_seconds=conf.DAEMON_TIMEOUT_SECONDS)
 
     connection_created.connect(limit_waits, weak=False, dispatch_uid=f"atp.supervisor.{alias}")
 

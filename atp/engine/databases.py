@@ -15,6 +15,7 @@ written. An engine runs on a database; the ORM engine runs on any of them.
 
 import hashlib
 import logging
+import math
 import os
 import tempfile
 from contextlib import contextmanager, nullcontext
@@ -81,8 +82,15 @@ class Database:
     def harden(self, settings_dict):
         """Add to a daemon's connection settings what makes a lost server fail fast."""
 
-    def limit_waits(self, cursor, *, lock_wait_seconds, statement_seconds):
-        """Bound, for this session, how long a statement waits for a lock or runs."""
+    #: Whether the server ends a session idle in a transaction (``limit_waits``): a
+    #: daemon frozen between two statements then holds its locks no longer than that.
+    ends_idle_transactions = False
+
+    def limit_waits(self, cursor, *, lock_wait_seconds, statement_seconds,
+                    idle_in_transaction_seconds):
+        """Bound, for this session, how long a statement waits for a lock or runs, and,
+        where the server can (``ends_idle_transactions``), how long the session may sit
+        idle inside a transaction before the server ends it and its locks."""
 
     def read_snapshot(self, cursor):
         """Make the transaction just begun on ``cursor`` read one snapshot (invariants)."""
@@ -153,8 +161,13 @@ class PostgreSQL(Database):
         for name, value in self.connection_defaults.items():
             options.setdefault(name, value)
 
-    def limit_waits(self, cursor, *, lock_wait_seconds, statement_seconds):
+    ends_idle_transactions = True
+
+    def limit_waits(self, cursor, *, lock_wait_seconds, statement_seconds,
+                    idle_in_transaction_seconds):
         cursor.execute(f"SET statement_timeout = '{int(statement_seconds)}s'")
+        cursor.execute("SET idle_in_transaction_session_timeout = "
+                       f"'{max(1, round(idle_in_transaction_seconds * 1000))}ms'")
 
     def read_snapshot(self, cursor):
         cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
@@ -272,7 +285,10 @@ class SQLite(Database):
         message = str(exc).lower()
         return any(text in message for text in self.locked_messages)
 
-    def limit_waits(self, cursor, *, lock_wait_seconds, statement_seconds):
+    def limit_waits(self, cursor, *, lock_wait_seconds, statement_seconds,
+                    idle_in_transaction_seconds):
+        # No server to end a frozen process's transaction: it holds the write lock until
+        # it thaws (docs/daemon.md).
         cursor.execute(f"PRAGMA busy_timeout = {int(lock_wait_seconds * 1000)}")
 
     def lock_counting(self, cursor, key):
@@ -324,12 +340,20 @@ class MySQL(Database):
     def harden(self, settings_dict):
         settings_dict.setdefault("OPTIONS", {}).setdefault("connect_timeout", 10)
 
-    def limit_waits(self, cursor, *, lock_wait_seconds, statement_seconds):
+    ends_idle_transactions = True
+
+    def limit_waits(self, cursor, *, lock_wait_seconds, statement_seconds,
+                    idle_in_transaction_seconds):
         cursor.execute(f"SET SESSION innodb_lock_wait_timeout = {max(1, round(lock_wait_seconds))}")
+        idle = max(1, math.ceil(idle_in_transaction_seconds))
         if cursor.db.mysql_is_mariadb:
             cursor.execute(f"SET SESSION max_statement_time = {float(statement_seconds)}")
+            cursor.execute(f"SET SESSION idle_transaction_timeout = {idle}")
         else:
             cursor.execute(f"SET SESSION max_execution_time = {int(statement_seconds * 1000)}")
+            # MySQL ends no idle transaction as such, only an idle connection: a daemon
+            # queries at least every heartbeat, well within its time-out.
+            cursor.execute(f"SET SESSION wait_timeout = {idle}")
 
     def doorbell_directory(self, connection):
         """A directory of this host's temporary files named after the server and the

@@ -7,8 +7,9 @@ import pytest
 from django.db import OperationalError, connection
 
 import atp
-from atp.daemon.outage import Backoff, retry_while_unreachable
-from atp.models import Instance
+from atp.daemon.outage import CONNECTION_ERRORS, Backoff, retry_while_unreachable
+from atp.engine.databases import database_of
+from atp.models import Instance, Type
 from atp.states import Status
 from tests import pg_sessions
 from tests.link import Link
@@ -221,3 +222,49 @@ def test_a_write_lock_held_elsewhere_is_waited_out_not_an_outage(sqlite_only, st
     assert {i.attempt for i in Instance.objects.filter(pk__in=[t.pk for t in tasks])} == {1}
     daemon.signal(signal.SIGTERM)
     assert daemon.wait(30) == 0, daemon.output()
+
+
+# -- a daemon frozen inside a transaction --------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_daemon_session_frozen_in_a_transaction_is_ended_by_the_server(noop_type):
+    """A daemon stopped (SIGSTOP, a paused VM) between two statements of a transaction
+    holds its locks until it thaws: every other daemon would wait on them. The server ends
+    such a session once it has been idle in its transaction for the daemon time-out (the
+    daemon is dead by then anyway), and its locks go with it. Here the frozen daemon is a
+    session of this process given the daemon's limits, which locks a row and goes quiet."""
+    database = database_of(connection.alias)
+    if not database.ends_idle_transactions:
+        pytest.skip(f"{connection.vendor} has no server to end an idle session")
+    frozen = connection.copy()
+    try:
+        with frozen.cursor() as cursor:
+            database.limit_waits(cursor, lock_wait_seconds=1, statement_seconds=30,
+                                 idle_in_transaction_seconds=1)
+        frozen.set_autocommit(False)
+        with frozen.cursor() as cursor:
+            cursor.execute(f"SELECT id FROM {Type._meta.db_table} WHERE id = %s FOR UPDATE",
+                           [noop_type.pk])
+        # Another daemon wants the row: it waits at most 10 s for it (the frozen session
+        # would hold it for ever).
+        other = connection.copy()
+        began = time.monotonic()
+        try:
+            with other.cursor() as cursor:
+                database.limit_waits(cursor, lock_wait_seconds=10, statement_seconds=10,
+                                     idle_in_transaction_seconds=30)
+                cursor.execute(f"UPDATE {Type._meta.db_table} SET is_paused = is_paused "
+                               "WHERE id = %s", [noop_type.pk])
+        finally:
+            other.close()
+        assert time.monotonic() - began < 8, "the frozen session's lock was waited out"
+        # Thawed, it finds its session gone: an error the daemon rides out as an outage.
+        with pytest.raises(CONNECTION_ERRORS):
+            with frozen.cursor() as cursor:
+                cursor.execute("SELECT 1")
+    finally:
+        try:
+            frozen.close()
+        except CONNECTION_ERRORS:
+            pass

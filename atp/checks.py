@@ -29,6 +29,7 @@ atp.E025  ATP_METRICS_TOKEN is neither None nor a token of 16 characters or more
 atp.E026  ATP_METRICS_WINDOW_SECONDS is not a number of seconds more than 0.
 atp.W001  An SQLite database runs the project's transactions deferred (Django 5.1+).
 atp.W002  ATP_METRICS_TOKEN is set but prometheus-client is not installed.
+atp.W003  A MariaDB/MySQL database connects with the 3-byte "utf8" character set.
 """
 
 import importlib.util
@@ -277,6 +278,31 @@ def check_sqlite_transaction_mode(app_configs=None, **kwargs):
             hint=f'Set DATABASES[{alias!r}]["OPTIONS"]["transaction_mode"] = "IMMEDIATE" '
                  '(with a "timeout" such as 20); see docs/queue.md.',
             id="atp.W001",
+        ))
+    return warnings
+
+
+@register(Tags.compatibility)
+def check_connection_charset(app_configs=None, **kwargs):
+    """Warn of MariaDB/MySQL connections whose character set cannot carry every character
+    (Django 4.2 connects with the 3-byte "utf8" unless told otherwise)."""
+    from atp.engine.databases import database_of
+
+    warnings = []
+    for alias in connections:
+        narrow = database_of(alias).narrow_charsets
+        if not narrow:
+            continue
+        charset = str(connections[alias].get_connection_params().get("charset", "")).lower()
+        if charset not in narrow:
+            continue
+        warnings.append(Warning(
+            f"Database {alias!r} connects with the {charset!r} character set, which has no "
+            "characters beyond the Basic Multilingual Plane: a task whose inputs hold one "
+            "(an emoji, say) cannot be enqueued.",
+            hint=f'Set DATABASES[{alias!r}]["OPTIONS"]["charset"] = "utf8mb4" (Django 5\'s '
+                 "default), with tables in utf8mb4.",
+            id="atp.W003",
         ))
     return warnings
 

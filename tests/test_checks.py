@@ -15,6 +15,7 @@ from atp.checks import (
     MAX_COUNT,
     MAX_SECONDS,
     check_admin_dependencies,
+    check_connection_charset,
     check_declared_handlers,
     check_settings,
     check_sqlite_transaction_mode,
@@ -213,7 +214,8 @@ def test_manage_py_check_reports_a_handler_modules_string(tmp_path):
 def databases(**options_of):
     """Return real connection handlers (no connection is made) for these databases."""
     engines_of = {"sqlite": "django.db.backends.sqlite3",
-                  "postgresql": "django.db.backends.postgresql"}
+                  "postgresql": "django.db.backends.postgresql",
+                  "mysql": "django.db.backends.mysql"}
     return ConnectionHandler({
         alias: {"ENGINE": engines_of[kind], "NAME": f"{alias}.db", "OPTIONS": options}
         for alias, (kind, options) in options_of.items()
@@ -239,6 +241,28 @@ def test_sqlite_without_immediate_transactions_is_warned_of_from_django_5_1(monk
     assert [w.level for w in warnings] == [checks.WARNING] * 2
     assert "'default'" in warnings[0].msg and "'deferred'" in warnings[1].msg
     assert '"transaction_mode"] = "IMMEDIATE"' in warnings[0].hint
+
+
+def test_a_mysql_connection_in_3_byte_utf8_is_warned_of(monkeypatch):
+    pytest.importorskip("MySQLdb", reason="the mysql extra (make mysql-driver)")
+    handler = databases(
+        narrow=("mysql", {"charset": "utf8"}), mb3=("mysql", {"charset": "utf8mb3"}),
+        wide=("mysql", {"charset": "utf8mb4"}), server=("postgresql", {}),
+        default=("sqlite", {}),
+        # Django 4.2 connects in "utf8" unless told otherwise, Django 5 in "utf8mb4".
+        unset=("mysql", {}),
+    )
+    monkeypatch.setattr(atp_checks, "connections", handler)
+    monkeypatch.setattr(databases_module, "connections", handler)
+    warnings = check_connection_charset()
+    flagged = ["'narrow'", "'mb3'"] + (["'unset'"] if django.VERSION < (5, 0) else [])
+    assert ids(warnings) == ["atp.W003"] * len(flagged)
+    assert [next(alias for alias in flagged if alias in w.msg) for w in warnings] == flagged
+    assert '["charset"] = "utf8mb4"' in warnings[0].hint
+
+
+def test_the_test_databases_carry_every_character():
+    assert check_connection_charset() == []
 
 
 def test_the_sqlite_warning_concerns_the_test_database_alone(monkeypatch):

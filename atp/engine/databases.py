@@ -61,6 +61,9 @@ class Database:
     needs_immediate_transactions = False
     #: Whether a count of many rows is better estimated than counted (the admin's lists).
     estimates_counts = False
+    #: The connection character sets that cannot carry every character a task's inputs
+    #: may hold (``atp.W003``).
+    narrow_charsets = frozenset()
     #: SQLSTATEs of a transaction the server rolled back so that it can simply run again
     #: (serialization failure, deadlock: the SQL standard's and PostgreSQL's).
     retryable_sqlstates = frozenset({"40001", "40P01"})
@@ -328,6 +331,9 @@ class MySQL(Database):
     those on other hosts find new tasks at their next poll."""
 
     wakeup = "doorbell"
+    #: MySQL's 3-byte "utf8" (Django 4.2's default connection character set) has no
+    #: characters beyond the Basic Multilingual Plane: an emoji in inputs is refused.
+    narrow_charsets = frozenset({"utf8", "utf8mb3"})
 
     #: Error codes of a transaction InnoDB rolled back (deadlock) or gave up waiting in
     #: (lock wait timeout): run it again.

@@ -324,7 +324,8 @@ class InstanceAdmin(CheckedLookups, NumericKeys, admin.ModelAdmin):
         name = request.POST.get("action", "")
         if name not in actions or name not in TASK_BUTTONS:
             return HttpResponseBadRequest("unknown action, or not yours to take")
-        function = actions[name][0]
+        # Django 6.1 gives an Action (its function in .func); older versions a tuple.
+        function = getattr(actions[name], "func", None) or actions[name][0]
         response = function(self, request, self.get_queryset(request).filter(pk=int(pk)))
         return response or redirect("admin:atp_instance_change", int(pk))
 

@@ -52,7 +52,7 @@ def test_the_table_has_a_column_per_system_and_ratios_to_atp():
     drain = next(line for line in lines if line.startswith("| drain, 4 workers"))
     assert drain == "| drain, 4 workers (tasks/s) | 4,000 | 8,000 (2.00×) | failed |"
     start = next(line for line in lines if line.startswith("| enqueue → start p50"))
-    assert start == "| enqueue → start p50 (ms) | 2.0 | 3.0 (1.50×) | failed |"
+    assert start == "| enqueue → start p50, idle worker (ms) | 2.0 | 3.0 (1.50×) | failed |"
     bulk = next(line for line in lines if line.startswith("| bulk enqueue"))
     assert bulk == "| bulk enqueue (tasks/s) | — | — | failed |"
 

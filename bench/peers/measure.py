@@ -23,6 +23,7 @@ import argparse
 import importlib
 import json
 import shutil
+import signal
 import statistics
 import sys
 import tempfile
@@ -202,7 +203,14 @@ def say(line):
     print(f"  {line}", flush=True)
 
 
+def stop_on_sigterm(signum, frame):
+    # The workers run in sessions of their own, out of reach of a signal sent to this
+    # process's group: unwind, so that each measurement's finally stops its workers.
+    raise SystemExit(128 + signum)
+
+
 def main():
+    signal.signal(signal.SIGTERM, stop_on_sigterm)
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("system", choices=sorted(base.SYSTEMS))
     parser.add_argument("--tasks", type=int, default=5000)

@@ -2,11 +2,13 @@
 
     python -m bench.peers [--peers pgqueuer,celery] [--tasks 5000] [--repeat 3]
                           [--samples 200] [--bulk 20000] [--stream-seconds 60]
-                          [--celery-broker redis|amqp] [--json .bench/peers.json]
+                          [--celery-broker redis|amqp] [--no-atp-again]
+                          [--json .bench/peers.json]
                           --atp-python .venv/bin/python --peers-python .venv-peers/bin/python
 
 atp runs first, from the project's venv; then each peer (all of them unless
-``--peers`` names some), from the peers' venv. Each system is measured by
+``--peers`` names some), from the peers' venv; then atp again (``--no-atp-again``: not),
+to show how far the machine's speed drifted meanwhile. Each system is measured by
 ``bench.peers.measure`` in a process of its own, in a PostgreSQL database of its own
 (``atp_peers_<system>``, dropped and created anew) or, for Huey and Celery, a Redis
 database number of its own (flushed). The driver itself needs nothing but Python.
@@ -94,6 +96,8 @@ def main():
     parser.add_argument("--bulk", type=int, default=20000)
     parser.add_argument("--stream-seconds", type=int, default=60)
     parser.add_argument("--celery-broker", choices=["redis", "amqp"], default="redis")
+    parser.add_argument("--atp-again", action=argparse.BooleanOptionalAction, default=True,
+                        help="measure atp once more after the peers (default: yes)")
     parser.add_argument("--atp-python", default=sys.executable)
     parser.add_argument("--peers-python", default=sys.executable)
     parser.add_argument("--json", type=Path, default=base.PROJECT_ROOT / ".bench" / "peers.json")
@@ -104,11 +108,18 @@ def main():
         parser.error(f"unknown peer(s) {', '.join(unknown)}; known: {', '.join(peers)}")
     began = time.monotonic()
     results = []
-    for system in ["atp", *[peer for peer in peers if peer in chosen]]:
-        print(f"== {system}", flush=True)
+    order = ["atp", *[peer for peer in peers if peer in chosen]]
+    if options.atp_again and len(order) > 1:
+        # The machine's speed drifts over a run (other work on it, its host's): atp once
+        # more at the end says by how much, beside ratios taken to its first run.
+        order.append("atp")
+    for number, system in enumerate(order):
+        print(f"== {system}" + (" (again)" if number else ""), flush=True)
         reason = unreachable(system, options)
         result = ({"system": system, "error": f"skipped: {reason}"} if reason
                   else run_system(system, options))
+        if number and system == "atp":
+            result["again"] = True
         if "error" in result:
             print(f"  {result['error']}", flush=True)
         results.append(result)
@@ -127,6 +138,8 @@ def main():
           f"{seconds / 60:.1f} minutes")
     if reference:
         print(machine_line(reference))
+    if results[-1].get("again") and results[-1].get("machine_reference"):
+        print("at the end, " + machine_line(results[-1]["machine_reference"]))
     print(f"{options.tasks:,} tasks a drain (median of {options.repeat}), {options.samples} "
           f"single tasks on an idle worker, {options.bulk:,} bulk-enqueued, a "
           f"{options.stream_seconds} s stream; ratios are the peer's figure over atp's\n")

@@ -49,15 +49,17 @@ def cell(value, form, relative=None):
 
 def header(result):
     """Return the column title of one system's result: its name, version and store."""
-    return f"{result['system']} {result.get('version', '')} ({result.get('store', '?')})".replace(
-        "  ", " ")
+    name = result["system"] + (" again" if result.get("again") else "")
+    return f"{name} {result.get('version', '')} ({result.get('store', '?')})".replace("  ", " ")
 
 
 def render_table(results, reference="atp"):
     """Return the table (Markdown lines) of ``results``, one column per system, each
     peer's figures with their ratio to ``reference``'s (higher is faster for rates,
-    slower for times). A system that failed shows why."""
-    base = next((r.get("figures", {}) for r in results if r["system"] == reference), {})
+    slower for times; a system measured again, to its first run). A system that failed
+    says so."""
+    first = next((r for r in results if r["system"] == reference), {})
+    base = first.get("figures", {})
     lines = ["| figure | " + " | ".join(header(r) for r in results) + " |",
              "|---|" + "---|" * len(results)]
     for key, label, form in FIGURES:
@@ -67,7 +69,7 @@ def render_table(results, reference="atp"):
                 cells.append("failed")
                 continue
             value = result.get("figures", {}).get(key)
-            relative = None if result["system"] == reference else ratio(value, base.get(key))
+            relative = None if result is first else ratio(value, base.get(key))
             cells.append(cell(value, form, relative))
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return lines
@@ -77,6 +79,8 @@ def render_notes(results):
     """Return one line per system: how it was set up, its bulk API, what went wrong."""
     lines = []
     for result in results:
+        if result.get("again") and "error" not in result:
+            continue  # said once
         line = (f"- {result['system']}: {result.get('configuration', '')}; bulk enqueue: "
                 f"{result.get('bulk_api', '')}")
         figures = result.get("figures", {})

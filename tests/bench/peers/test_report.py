@@ -62,3 +62,15 @@ def test_the_notes_say_how_each_system_ran_and_what_went_wrong():
 
     assert notes[1] == "- pgqueuer: defaults; bulk enqueue: lists; 2 task(s) ran twice"
     assert notes[2].endswith("FAILED: skipped: redis://x does not answer")
+
+
+def test_atp_measured_again_is_compared_to_its_first_run():
+    again = {"system": "atp", "again": True, "version": "0.1", "store": "PostgreSQL",
+             "figures": {"drain_4": 3000.0}}
+
+    lines = render_table([*results(), again])
+
+    assert lines[0].endswith("| atp again 0.1 (PostgreSQL) |")
+    drain = next(line for line in lines if line.startswith("| drain, 4 workers"))
+    assert drain.endswith("| 3,000 (0.75×) |")
+    assert len(render_notes([*results(), again])) == 3

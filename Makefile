@@ -25,8 +25,7 @@ DJANGO_COMPAT ?= Django>=4.2,<5.0
 .PHONY: demo test test-fast browser test-sqlite test-pages test-sqlite-core test-postgres \
 	test-postgres-own test-postgres-orm test-postgres-fast test-mysql test-mysql-own \
 	test-mysql-orm test-mysql-fast mysql-driver test-orm test-djangotasks test-compat \
-	test-django6 bench \
-	bench-admin soak screenshots guards chaos lint clean
+	test-django6 bench bench-peers bench-admin soak screenshots guards chaos lint clean
 
 $(VENV)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -253,6 +252,29 @@ bench: $(VENV)/.installed
 		echo "== MariaDB/MySQL at $(ATP_BENCH_MYSQL_URL) does not answer: skipped"; \
 	fi
 
+# atp beside its peers (PgQueuer, Procrastinate, django-q2, django-tasks-db, Huey, Celery),
+# one after another on this machine: the workloads of `make bench` and a steady stream,
+# the table with each peer's ratio to atp's (bench/peers; about 20 minutes). The peers
+# run from a venv of their own, every version pinned in bench/peers/requirements.txt;
+# atp from .venv. Each system gets a database of its own on the PostgreSQL server of
+# ATP_PEERS_POSTGRES_URL (dropped and created anew), Huey and Celery a database number
+# of their own on the Redis server of ATP_PEERS_REDIS_URL (flushed). PEERS_ARGS passes
+# options, e.g. PEERS_ARGS="--peers pgqueuer,celery --tasks 2000 --repeat 1".
+PEERS_VENV ?= .venv-peers
+PEERS_ARGS ?=
+export ATP_PEERS_POSTGRES_URL ?= postgres://postgres@127.0.0.1:5432
+export ATP_PEERS_REDIS_URL ?= redis://127.0.0.1:6379
+export ATP_PEERS_AMQP_URL ?= amqp://guest:guest@127.0.0.1:5672//
+$(PEERS_VENV)/.installed: bench/peers/requirements.txt
+	$(PYTHON) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(PEERS_VENV)/bin/python -m pip install --quiet -r bench/peers/requirements.txt
+	touch $@
+
+bench-peers: $(VENV)/.installed $(PEERS_VENV)/.installed
+	$(PEERS_VENV)/bin/python -m bench.peers --atp-python $(PY) \
+		--peers-python $(PEERS_VENV)/bin/python $(PEERS_ARGS)
+
 # A steady stream of mixed work for 12 minutes on a stock PostgreSQL of its own (made
 # with the machine's initdb in .bench/cluster, removed after; or ATP_SOAK_DATABASE_URL):
 # retention must keep the tables bounded and the p99 wait steady (bench/soak.py).
@@ -295,4 +317,4 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check atp atp_demo tests bench
 
 clean:
-	rm -rf $(VENV) .venv-compat .venv-django6 .demo build dist *.egg-info db.sqlite3 db.sqlite3-shm db.sqlite3-wal db.sqlite3.atpd
+	rm -rf $(VENV) .venv-compat .venv-django6 $(PEERS_VENV) .demo build dist *.egg-info db.sqlite3 db.sqlite3-shm db.sqlite3-wal db.sqlite3.atpd

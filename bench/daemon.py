@@ -295,6 +295,12 @@ def machine_reference(directory):
             "select_1_ms": round_trip_ms}
 
 
+def machine_line(reference):
+    """Return the line that says how fast the machine was (``machine_reference``)."""
+    return ("machine: 1,000,000 Python additions {python_loop_1m_ms:.0f} ms; fsync of 4 KiB "
+            "{fsync_4k_ms:.2f} ms; SELECT 1 round trip {select_1_ms:.3f} ms".format(**reference))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", type=int, default=5000)
@@ -321,9 +327,7 @@ def main():
     figures = result["figures"]
     reference = machine_reference(tempfile.gettempdir())
     result["machine"]["reference"] = reference
-    print("machine: 1,000,000 Python additions {python_loop_1m_ms:.0f} ms; fsync of 4 KiB "
-          "{fsync_4k_ms:.2f} ms; SELECT 1 round trip {select_1_ms:.3f} ms".format(**reference),
-          flush=True)
+    print(machine_line(reference), flush=True)
     for workers in options.workers:
         rates = [drain(options.tasks, workers)["rate"] for _ in range(options.repeat)]
         figures[f"drain_{workers}"] = statistics.median(rates)

@@ -1,0 +1,5 @@
+import sys
+
+from bench.peers.driver import main
+
+sys.exit(main())

@@ -82,7 +82,8 @@ test-orm: $(VENV)/.installed
 	env -u ATP_TEST_DATABASE_URL ATP_TEST_ENGINE=orm $(PY) -m pytest $(PYTEST_ARGS) $(ORM_TESTS) $(ONCE_TESTS)
 
 # $(call apt_install,PACKAGES): install Debian's PACKAGES, one apt at a time: stages that
-# run side by side may each need one (flock), and apt waits for another apt's lock.
+# run side by side (TEST_JOBS) may each need one (flock), and apt waits for another
+# apt's lock.
 APT_LOCK ?= /tmp/atp-apt.lock
 apt_install = flock $(APT_LOCK) sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
 	apt-get install -y -qq -o DPkg::Lock::Timeout=600 --no-install-recommends "$$@" \
@@ -100,7 +101,7 @@ browser:
 		echo "== no Chromium and no root to install it: the browser tests will be skipped"; \
 	fi
 
-# The whole suite on SQLite: the pages' tests, and the rest, side by side under -j.
+# The whole suite on SQLite: the pages' tests, then the rest (side by side under -j).
 test-sqlite: test-pages test-sqlite-core
 
 test-pages: $(VENV)/.installed browser

@@ -1,6 +1,7 @@
 """Starting real OS processes that share the test database."""
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -95,6 +96,27 @@ class Daemon:
     def signal(self, signum):
         os.kill(self.pid, signum)
 
+    def freeze(self):
+        """Stop the daemon (SIGSTOP), as a debugger or a paused process would, outside a
+        write transaction.
+
+        On SQLite a process stopped inside one holds the whole database's write lock
+        until it thaws, and no server can end it (docs/daemon.md): every other daemon
+        waits, the rescuer among them. There, a stop that lands inside one is undone and
+        tried again until the lock is free while the daemon is stopped. Elsewhere the
+        server ends a frozen session's transaction itself (tests/daemon/test_outage.py).
+        """
+        self.signal(signal.SIGSTOP)
+        if connection.vendor != "sqlite":
+            return
+        for _ in range(500):
+            if not sqlite_write_lock_held(connection.settings_dict["NAME"]):
+                return
+            self.signal(signal.SIGCONT)
+            time.sleep(0.01)
+            self.signal(signal.SIGSTOP)
+        raise AssertionError(f"atpd held SQLite's write lock at 500 stops:\n{self.output()[-5000:]}")
+
     def wait(self, timeout):
         """Wait for the daemon to exit; return its exit code."""
         try:
@@ -121,6 +143,24 @@ class Daemon:
                 except psutil.Error:
                     pass
         self.log.close()
+
+
+def sqlite_write_lock_held(path):
+    """Tell whether a connection holds SQLite's write lock on the database at ``path``."""
+    import sqlite3
+
+    probe = sqlite3.connect(path, timeout=0, isolation_level=None)
+    try:
+        probe.execute("BEGIN IMMEDIATE")
+    except sqlite3.OperationalError as error:
+        if "locked" not in str(error):
+            raise
+        return True
+    else:
+        probe.execute("ROLLBACK")
+        return False
+    finally:
+        probe.close()
 
 
 def namespaced(command, hostname, own_pid_namespace):

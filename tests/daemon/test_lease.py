@@ -26,7 +26,7 @@ def test_a_frozen_daemons_workers_stop_before_its_tasks_run_elsewhere(start_daem
     wait_until(lambda: Instance.objects.filter(status=Status.RUNNING).count() == 2,
                timeout=30, message="both tasks running")
     # Its workers keep running while it is stopped, but their lease runs out.
-    frozen.signal(signal.SIGSTOP)
+    frozen.freeze()
     try:
         rescuer = start_daemon("--workers", 2)
         ended = [Status.FINISHED, Status.FAILED]

@@ -454,7 +454,7 @@ def test_doctor_finds_the_task_of_a_frozen_daemon_stuck_until_a_live_one_takes_i
     frozen = start_daemon("--workers", 1)
     wait_until(lambda: Instance.objects.get(pk=task.pk).status == Status.RUNNING, timeout=30,
                message="the task running", output=frozen.output)
-    frozen.signal(signal.SIGSTOP)
+    frozen.freeze()
     try:
         def stuck():
             result = run_atp("doctor", "--json", **timers)

@@ -367,6 +367,23 @@ class Inputs(models.Model):
         return len(self.data.encode("utf-8"))
 
 
+class TraceContext(models.Model):
+    """Where a task was enqueued in a distributed trace, for the span that runs it.
+
+    Written beside the task when the project traces with OpenTelemetry
+    (``atp.telemetry``): the propagation fields (``traceparent`` and whatever else the
+    project's propagators carry) of the span of the enqueue.
+    """
+
+    instance = models.OneToOneField(
+        Instance, on_delete=models.CASCADE, primary_key=True, related_name="trace_context"
+    )
+    carrier = models.JSONField(help_text="The propagation fields, as OpenTelemetry injects them.")
+
+    def __str__(self):
+        return f"trace context of task #{self.instance_id}"
+
+
 class Response(models.Model):
     """The output of a task: bytes or text with their content type."""
 

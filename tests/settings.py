@@ -97,6 +97,12 @@ for _name in (
         globals()[_name] = float(os.environ[_name])
 if "ATP_PURGE_BATCH_SIZE" in os.environ:
     ATP_PURGE_BATCH_SIZE = int(os.environ["ATP_PURGE_BATCH_SIZE"])
+# A daemon started with ATP_TEST_SPANS_FILE traces with OpenTelemetry's SDK, into that
+# file (tests/test_telemetry.py), as a project configures tracing in its settings.
+if os.environ.get("ATP_TEST_SPANS_FILE"):
+    from tests.tracing import export_spans_to
+
+    export_spans_to(os.environ["ATP_TEST_SPANS_FILE"])
 # ATP_TEST_ENGINE=orm runs the suite on the portable ORM engine (see atp.engine.engines).
 ATP_ENGINE = os.environ.get("ATP_TEST_ENGINE", "auto")
 if "ATP_PICKLE_ENABLED" in os.environ:

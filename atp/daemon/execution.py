@@ -17,7 +17,7 @@ a crash, a signal, the OOM killer) costs a restart.
 import logging
 import traceback
 
-from atp import engine
+from atp import engine, telemetry
 from atp.conf import conf
 from atp.daemon import suspension
 from atp.daemon.context import TaskContext
@@ -64,7 +64,7 @@ def execute(instance, attempt, handler_path, daemon=""):
     logger.info("task id=%s type=%s attempt=%s running", pk, instance.type.identifier, attempt)
     task = TaskContext(instance, attempt, daemon)
     try:
-        with suspension.handler_running():
+        with suspension.handler_running(), telemetry.processing(instance, attempt):
             result = handler(task, inputs)
     except Retry as exc:  # the handler asks for a retry: its type's limits decide
         message = describe_failure()

@@ -17,6 +17,7 @@ from django.db.models import Max
 from django.db.models.base import ModelState
 from django.utils import timezone
 
+from atp import telemetry
 from atp.conf import conf
 from atp.db import database_now, take_write_lock
 from atp.engine.base import database, queue_write
@@ -122,6 +123,13 @@ def _enqueue(type_identifier, entries, priority, schedule, named=False, tag=None
     """Write ``entries`` (``(identifier, inputs)``) as tasks; return their ``Instance`` objects.
     ``named``: the identifiers were given (one entry), not drawn."""
     key = type_identifier.identifier if isinstance(type_identifier, Type) else type_identifier
+    with telemetry.sending(key, len(entries)) as written:
+        instances = _enqueue_as(key, type_identifier, entries, priority, schedule, named, tag)
+        written(instances)
+    return instances
+
+
+def _enqueue_as(key, type_identifier, entries, priority, schedule, named, tag):
     take_write_lock(database())  # before the type is read in the caller's transaction
     if named:  # the type's window as it is now, not as a Type object given was read
         type_identifier = key

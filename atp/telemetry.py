@@ -19,9 +19,12 @@ Without a configured provider nothing is written or read, and atp does not even 
 OpenTelemetry: a project that configured one has imported it.
 """
 
+import logging
 import sys
 import time
 from contextlib import contextmanager, nullcontext
+
+logger = logging.getLogger(__name__)
 
 SYSTEM = "atp"
 _SCOPE = "atp"
@@ -145,10 +148,18 @@ def _store_context(instances):
 
 
 def _stored_context(pk):
+    """Return the context of the task's enqueue, or None. Tracing never fails a task: a
+    context that cannot be read starts a trace of its own (logged)."""
     from atp.models import TraceContext
 
-    carrier = TraceContext.objects.filter(instance_id=pk).values_list("carrier", flat=True).first()
-    return propagate.extract(carrier) if carrier else None
+    try:
+        carrier = TraceContext.objects.filter(instance_id=pk).values_list(
+            "carrier", flat=True).first()
+        return propagate.extract(carrier) if carrier else None
+    except Exception:
+        logger.warning("task id=%s: the trace context of its enqueue cannot be read", pk,
+                       exc_info=True)
+        return None
 
 
 @contextmanager

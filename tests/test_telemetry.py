@@ -105,6 +105,20 @@ def test_a_handler_that_raises_ends_its_span_in_error_and_is_counted(
     assert points["messaging.process.duration"] == [({**processed, "error.type": "ValueError"}, 1)]
 
 
+def test_a_context_that_cannot_be_read_starts_a_trace_of_its_own_and_fails_nothing(
+        tracer_provider, daemon, caplog):
+    atp.register_task_type("tests.echo", "tests.handlers.echo")
+    task = atp.enqueue("tests.echo", {})
+    TraceContext.objects.filter(instance_id=task.pk).update(carrier=["not", "a", "carrier"])
+    claimed = claim_exactly(task, daemon)
+    run_task(claimed.pk, claimed.attempt, claimed.type.handler)
+    assert Instance.objects.get(pk=task.pk).status == Status.FINISHED
+    spans = tracer_provider.finished()
+    assert spans["process tests.echo"]["parent_id"] is None
+    assert spans["process tests.echo"]["trace_id"] != spans["send tests.echo"]["trace_id"]
+    assert "the trace context of its enqueue cannot be read" in caplog.text
+
+
 def test_a_batch_is_one_send_span_whose_context_each_task_keeps(tracer_provider, noop_type):
     tasks = atp.enqueue_many(noop_type.identifier, [{}] * 3)
     send = tracer_provider.finished()[f"send {noop_type.identifier}"]

@@ -114,11 +114,12 @@ def main():
         # more at the end says by how much, beside ratios taken to its first run.
         order.append("atp")
     for number, system in enumerate(order):
-        print(f"== {system}" + (" (again)" if number else ""), flush=True)
+        again = number > 0 and system == "atp"
+        print(f"== {system}" + (" (again)" if again else ""), flush=True)
         reason = unreachable(system, options)
         result = ({"system": system, "error": f"skipped: {reason}"} if reason
                   else run_system(system, options))
-        if number and system == "atp":
+        if again:
             result["again"] = True
         if "error" in result:
             print(f"  {result['error']}", flush=True)

@@ -87,3 +87,23 @@ def test_screenshots_of_a_busy_system(logged_in, live_server, start_daemon):
     logged_in.goto(f"{live_server.url}/admin/atp/instance/{failed.pk}/change/")
     screenshot(logged_in, "admin-task")
     daemon.stop()
+
+
+def test_screenshot_of_the_quilt_mid_run(settings, monkeypatch, logged_in, live_server,
+                                         start_daemon):
+    from atp_demo import scenarios
+    from tests.demo.site import use_demo_site
+
+    use_demo_site(settings, monkeypatch)
+    monkeypatch.setattr(scenarios, "QUILT_SECONDS", (0.5, 3.0))  # the demo's own pace
+    logged_in.set_viewport_size({"width": 1366, "height": 800})
+    logged_in.goto(f"{live_server.url}/")
+    with logged_in.expect_navigation():
+        logged_in.get_by_role("button", name="Start the quilt").click()
+    start_daemon("--workers", 3)
+    # Filling in, a red square among the coloured ones, the batch still running.
+    logged_in.wait_for_function(
+        "() => document.querySelectorAll('.demo-square.demo-finished').length >= 20"
+        " && document.querySelectorAll('.demo-square.demo-failed').length >= 1"
+        " && !document.getElementById('quilt-spinner').hidden", timeout=120_000)
+    screenshot(logged_in, "quilt")

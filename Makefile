@@ -25,7 +25,7 @@ DJANGO_COMPAT ?= Django>=4.2,<5.0
 .PHONY: demo test test-fast browser test-sqlite test-pages test-sqlite-core test-postgres \
 	test-postgres-own test-postgres-orm test-postgres-fast test-mysql test-mysql-own \
 	test-mysql-orm test-mysql-fast mysql-driver test-orm test-djangotasks test-compat \
-	test-django6 bench bench-peers bench-admin soak screenshots guards chaos lint clean
+	test-django6 test-lane test-beside bench bench-peers bench-admin soak screenshots guards chaos lint clean
 
 $(VENV)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -48,18 +48,27 @@ demo: $(VENV)/.demo
 	$(PY) manage.py demo_setup $(if $(filter 1,$(DEMO_RESET)),--reset)
 	$(PY) manage.py demo_serve $(DEMO_ADDRESS)
 
-# `make test` runs its stages one after another, each with a database of its own (SQLite:
-# a file per process; the orm engine's stages: the server's test database with `_orm`
-# added to its name), and every stage even when another fails (-k). TEST_JOBS=N runs N
-# at once, each printing its output whole when it ends: worth it on a machine with cores
-# to spare. On two cores it is not: the stages took longer side by side than one after
-# another, and the tests that time daemons on short timers (a 2 s lease) failed
-# (docs/development.md).
-TEST_JOBS ?= 1
-TEST_STAGES ?= test-pages test-sqlite-core test-postgres-own test-postgres-orm \
-	test-mysql-own test-mysql-orm test-orm
-test: $(VENV)/.installed
-	@$(MAKE) --no-print-directory -k -j$(TEST_JOBS) --output-sync=target $(TEST_STAGES)
+# `make test` runs its stages in two lanes side by side, each stage with a database of its
+# own (SQLite: a file per process; the orm engine's stages: the server's test database
+# with `_orm` added to its name), and every stage even when another fails (-k). The first
+# lane, TEST_LANE, is the whole suite on each database, one after another: most of its
+# time goes to real daemons on short timers, waiting, with one core to spare. The second,
+# TEST_BESIDE, runs beside it: the pages' browser tests and the queue verbs' suite on the
+# orm engine, a quarter of the time. Each lane prints its output whole when it ends.
+# TEST_LANES=1 runs every stage one after another instead (docs/development.md).
+TEST_LANE ?= test-sqlite-core test-postgres-own test-mysql-own
+TEST_BESIDE ?= test-postgres-orm test-mysql-orm test-orm test-pages
+TEST_LANES ?= 2
+test: $(VENV)/.installed mysql-driver browser  # installed once, before the lanes
+ifeq ($(TEST_LANES),1)
+	@$(MAKE) --no-print-directory -k $(TEST_LANE) $(TEST_BESIDE)
+else
+	@$(MAKE) --no-print-directory -k -j2 --output-sync=target test-lane test-beside
+endif
+test-lane: $(VENV)/.installed
+	@$(MAKE) --no-print-directory -k $(TEST_LANE)
+test-beside: $(VENV)/.installed
+	@$(MAKE) --no-print-directory -k $(TEST_BESIDE)
 
 # The edit-test loop: everything but real daemons, processes and large tables, on SQLite.
 test-fast: $(VENV)/.installed
@@ -82,7 +91,7 @@ test-orm: $(VENV)/.installed
 	env -u ATP_TEST_DATABASE_URL ATP_TEST_ENGINE=orm $(PY) -m pytest $(PYTEST_ARGS) $(ORM_TESTS) $(ONCE_TESTS)
 
 # $(call apt_install,PACKAGES): install Debian's PACKAGES, one apt at a time: stages that
-# run side by side (TEST_JOBS) may each need one (flock), and apt waits for another
+# run side by side (make test's lanes) may each need one (flock), and apt waits for another
 # apt's lock.
 APT_LOCK ?= /tmp/atp-apt.lock
 apt_install = flock $(APT_LOCK) sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
@@ -217,6 +226,9 @@ test-postgres-fast: $(VENV)/.installed
 test-mysql-fast: mysql-driver
 	@$(call on_mysql,the fast tests in $(ATP_TEST_MYSQL_URL),$(PY) -m pytest -m "not slow" $(PYTEST_ARGS) $(ONCE_TESTS))
 
+# The other stacks' stages run one after another; STACK_JOBS=N runs N at once.
+STACK_JOBS ?= 1
+
 # Django 6 and Python 3.12, in a venv of its own (STACK_TARGETS).
 test-django6:
 	@if [ -z "$(PYTHON312)" ]; then \
@@ -224,14 +236,14 @@ test-django6:
 		exit 1; fi
 	$(MAKE) .venv-django6/.installed VENV=.venv-django6 PYTHON="$(PYTHON312)"
 	.venv-django6/bin/python -m pip install --quiet '$(DJANGO_NEXT)'
-	@$(MAKE) --no-print-directory -k -j$(TEST_JOBS) --output-sync=target $(STACK_TARGETS) \
+	@$(MAKE) --no-print-directory -k -j$(STACK_JOBS) --output-sync=target $(STACK_TARGETS) \
 		VENV=.venv-django6
 
 # The oldest supported Django, in a venv of its own (STACK_TARGETS).
 test-compat:
 	$(MAKE) .venv-compat/.installed VENV=.venv-compat
 	.venv-compat/bin/python -m pip install --quiet '$(DJANGO_COMPAT)'
-	@$(MAKE) --no-print-directory -k -j$(TEST_JOBS) --output-sync=target $(STACK_TARGETS) \
+	@$(MAKE) --no-print-directory -k -j$(STACK_JOBS) --output-sync=target $(STACK_TARGETS) \
 		VENV=.venv-compat
 
 # Drain rate and enqueue->start latency of atpd (see bench/daemon.py), then 3 minutes of

@@ -54,7 +54,7 @@ demo: $(VENV)/.demo
 # lane, TEST_LANE, is the whole suite on each database, one after another: most of its
 # time goes to real daemons on short timers, waiting, with one core to spare. The second,
 # TEST_BESIDE, runs beside it: the pages' browser tests and the queue verbs' suite on the
-# orm engine, a quarter of the time. Each lane prints its output whole when it ends.
+# orm engine, a quarter of the time. Each stage prints its output whole when it ends.
 # TEST_LANES=1 runs every stage one after another instead (docs/development.md).
 TEST_LANE ?= test-sqlite-core test-postgres-own test-mysql-own
 TEST_BESIDE ?= test-postgres-orm test-mysql-orm test-orm test-pages
@@ -65,10 +65,12 @@ ifeq ($(TEST_LANES),1)
 else
 	@$(MAKE) --no-print-directory -k -j2 --output-sync=target test-lane test-beside
 endif
+# -j1: a lane's stages one after another, whatever job slots the other lane has freed
+# (make says it resets the jobserver in that sub-make: that is the point).
 test-lane: $(VENV)/.installed
-	@$(MAKE) --no-print-directory -k $(TEST_LANE)
+	@$(MAKE) --no-print-directory -k -j1 $(TEST_LANE)
 test-beside: $(VENV)/.installed
-	@$(MAKE) --no-print-directory -k $(TEST_BESIDE)
+	@$(MAKE) --no-print-directory -k -j1 $(TEST_BESIDE)
 
 # The edit-test loop: everything but real daemons, processes and large tables, on SQLite.
 test-fast: $(VENV)/.installed

@@ -115,7 +115,7 @@ def _sending(type_identifier, count, traced, measured):
     span = (otel_trace.get_tracer(_SCOPE).start_as_current_span(
         f"send {type_identifier}", kind=otel_trace.SpanKind.PRODUCER, attributes=attributes)
         if traced else nullcontext())
-    with span as current:
+    with span as current, _together() if traced else nullcontext():
         def written(instances):
             if traced and len(instances) == 1:
                 current.set_attribute("messaging.message.id", str(instances[0].pk))
@@ -126,6 +126,17 @@ def _sending(type_identifier, count, traced, measured):
                     type_identifier, "send", "send"))
 
         yield written
+
+
+def _together():
+    """A transaction (a savepoint inside the caller's) that commits the tasks and their
+    trace contexts at once: a task committed alone could be claimed and run before its
+    context is written, and its run would start a trace of its own."""
+    from django.db import transaction
+
+    from atp.engine.base import database
+
+    return transaction.atomic(using=database())
 
 
 def _nothing(instances):

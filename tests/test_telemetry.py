@@ -119,6 +119,36 @@ def test_a_context_that_cannot_be_read_starts_a_trace_of_its_own_and_fails_nothi
     assert "the trace context of its enqueue cannot be read" in caplog.text
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_task_enqueued_outside_a_transaction_commits_with_its_trace_context(
+        tracer_provider, noop_type, monkeypatch):
+    """Interleaving: between the engine's write and the context's, another session looks
+    for the task. Committed alone, a daemon could claim and run it with no context yet."""
+    from django.db import connection
+
+    from atp import telemetry
+
+    seen = []
+    store = telemetry._store_context
+
+    def look_then_store(instances):
+        other = connection.copy()
+        try:
+            with other.cursor() as cursor:
+                cursor.execute(f"SELECT COUNT(*) FROM {Instance._meta.db_table} WHERE id = %s",
+                               [instances[0].pk])
+                seen.append(cursor.fetchone()[0])
+        finally:
+            other.close()
+        store(instances)
+
+    monkeypatch.setattr(telemetry, "_store_context", look_then_store)
+    assert connection.get_autocommit()
+    task = atp.enqueue(noop_type.identifier, {})
+    assert seen == [0], "the task was committed before its trace context"
+    assert TraceContext.objects.filter(instance_id=task.pk).exists()
+
+
 def test_a_batch_is_one_send_span_whose_context_each_task_keeps(tracer_provider, noop_type):
     tasks = atp.enqueue_many(noop_type.identifier, [{}] * 3)
     send = tracer_provider.finished()[f"send {noop_type.identifier}"]

@@ -78,12 +78,14 @@ class _Instruments:
         return cls
 
 
-def _attributes(type_identifier, operation_type, operation_name):
+def _attributes(type_identifier, operation):
+    """The conventions' attributes of an operation (``send``, ``process``) on a type; atp's
+    own name for each operation is the conventions' type of it."""
     return {
         "messaging.system": SYSTEM,
         "messaging.destination.name": type_identifier,
-        "messaging.operation.type": operation_type,
-        "messaging.operation.name": operation_name,
+        "messaging.operation.type": operation,
+        "messaging.operation.name": operation,
     }
 
 
@@ -109,7 +111,7 @@ def processing(instance, attempt):
 
 @contextmanager
 def _sending(type_identifier, count, traced, measured):
-    attributes = _attributes(type_identifier, "send", "send")
+    attributes = _attributes(type_identifier, "send")
     if count > 1:
         attributes["messaging.batch.message_count"] = count
     span = (otel_trace.get_tracer(_SCOPE).start_as_current_span(
@@ -122,8 +124,8 @@ def _sending(type_identifier, count, traced, measured):
             if traced:
                 _store_context(instances)
             if measured:
-                _Instruments.of_provider().sent.add(len(instances), _attributes(
-                    type_identifier, "send", "send"))
+                _Instruments.of_provider().sent.add(
+                    len(instances), _attributes(type_identifier, "send"))
 
         yield written
 
@@ -176,7 +178,7 @@ def _stored_context(pk):
 @contextmanager
 def _processing(instance, attempt, traced, measured):
     type_identifier = instance.type.identifier
-    attributes = _attributes(type_identifier, "process", "process")
+    attributes = _attributes(type_identifier, "process")
     attributes.update({"messaging.message.id": str(instance.pk), "atp.task.attempt": attempt})
     if traced:
         parent = _stored_context(instance.pk)
@@ -207,7 +209,7 @@ def _processing(instance, attempt, traced, measured):
     finally:
         if measured:
             instruments = _Instruments.of_provider()
-            counted = _attributes(type_identifier, "process", "process")
+            counted = _attributes(type_identifier, "process")
             instruments.consumed.add(1, counted)
             if error is not None:
                 counted["error.type"] = error

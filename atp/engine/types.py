@@ -132,15 +132,30 @@ def sync_declared_types():
     A pickle type is left out while ``ATP_PICKLE_ENABLED`` is off (``manage.py check``
     says so). Raise ``InvalidHandler`` for a declared handler that may not run.
     """
-    return [_sync(declaration) for declaration in registry.declarations().values()
-            if conf.PICKLE_ENABLED or not registry.is_pickled(declaration)]
+    declarations = [declaration for declaration in registry.declarations().values()
+                    if conf.PICKLE_ENABLED or not registry.is_pickled(declaration)]
+    stored = Type.objects.in_bulk([declaration.identifier for declaration in declarations],
+                                  field_name="identifier")
+    return [_sync(declaration, stored.get(declaration.identifier)) for declaration in declarations]
 
 
-def _sync(declaration):
+def _sync(declaration, stored=None):
+    """Write ``declaration``; return its type. A ``stored`` row that already says what
+    the declaration says is returned as it is: every daemon's start and every ``migrate``
+    syncs all declarations, and rewriting the unchanged ones would take a write lock per
+    type (SQLite's whole database) for nothing."""
     registry.resolve_handler(declaration.handler)
     if registry.is_pickled(declaration):
         registry.check_pickle_enabled()
+    if stored is not None and _says(stored, declaration):
+        return stored
     return _save_type(declaration.identifier, declaration.handler, declaration.parameters)
+
+
+def _says(stored, declaration):
+    """Return whether the ``stored`` type is what ``declaration`` would write."""
+    return (not stored.pull and stored.handler == declaration.handler
+            and all(getattr(stored, name) == value for name, value in declaration.parameters.items()))
 
 
 def get_type(identifier):

@@ -3,6 +3,7 @@ import datetime
 import pytest
 
 import atp
+from atp import registry
 from atp.engine.types import catalog_rows
 from atp.exceptions import InvalidHandler, InvalidParameter, TaskTypeInUse, TaskTypeNotFound
 from atp.models import Type
@@ -70,6 +71,22 @@ def test_declared_types_are_in_the_database_after_migrate():
     declared = Type.objects.get(identifier="tests.declared")
     assert (declared.handler, declared.max_restarts) == ("tests.handlers.declared", 1)
     assert declared.timeout == datetime.timedelta(seconds=5)
+
+
+def test_syncing_the_declarations_rewrites_only_the_types_that_differ_from_theirs():
+    from atp.engine import sync_declared_types
+
+    declared = Type.objects.filter(identifier__in=registry.declarations())
+    assert declared.count() >= 10
+    Type.objects.filter(identifier="tests.declared").update(max_restarts=9, handler="tests.handlers.noop")
+    before = dict(declared.values_list("identifier", "updated"))
+    synced = {task_type.identifier: task_type for task_type in sync_declared_types()}
+    after = dict(declared.values_list("identifier", "updated"))
+    assert {name for name in after if after[name] != before[name]} == {"tests.declared"}
+    rewritten = Type.objects.get(identifier="tests.declared")
+    assert (rewritten.max_restarts, rewritten.handler) == (1, "tests.handlers.declared")
+    assert synced.keys() == before.keys()
+    assert synced["tests.declared"].max_restarts == 1
 
 
 def test_pausing_a_type_is_recorded(noop_type):

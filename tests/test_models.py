@@ -7,6 +7,7 @@ from django.db.models import Count
 import atp
 from atp.models import Inputs, Instance, Response
 from atp.states import LIVE, Status
+from tests.bulk import unchecked_references
 from tests.engine.test_claim_plan import explain_hot_claim, picked_nodes
 from tests.factories import TaskFactory
 
@@ -43,7 +44,7 @@ def test_models_read_well_in_lists(noop_type, daemon):
 @pytest.fixture
 def million_ended_tasks(postgres_only, noop_type):
     """1,000,000 finished tasks and 10,000 waiting ones, with fresh planner statistics."""
-    with connection.cursor() as cursor:
+    with connection.cursor() as cursor, unchecked_references(cursor):
         cursor.execute(
             """
             INSERT INTO atp_instance (type_id, identifier, named, status, priority, attempt,

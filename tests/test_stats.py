@@ -204,9 +204,10 @@ def test_the_charts_queries_read_the_window_through_indexes_with_a_million_histo
     from django.test.utils import CaptureQueriesContext
 
     from atp.db import database_now
+    from tests.bulk import unchecked_references
 
     TaskFactory(type=noop_type, status=Status.FINISHED, daemon=daemon)
-    with connection.cursor() as cursor:
+    with connection.cursor() as cursor, unchecked_references(cursor):
         # 200,000 tasks that ended days ago, with 5 history entries each.
         cursor.execute(
             """

@@ -18,6 +18,7 @@ from atp import engine
 from atp.engine import postgresql
 from atp.engine.orm import runnable_keys_statement
 from atp.models import Type
+from tests.bulk import unchecked_references
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 
@@ -37,7 +38,7 @@ def _enqueue(count):
             atp.enqueue_many("tests.noop", [None] * min(10_000, count - start))
         return
     type_id = Type.objects.get(identifier="tests.noop").pk
-    with connection.cursor() as cursor:
+    with connection.cursor() as cursor, unchecked_references(cursor):
         cursor.execute(
             """
             WITH new AS (

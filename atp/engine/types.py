@@ -134,9 +134,34 @@ def sync_declared_types():
     """
     declarations = [declaration for declaration in registry.declarations().values()
                     if conf.PICKLE_ENABLED or not registry.is_pickled(declaration)]
-    stored = Type.objects.in_bulk([declaration.identifier for declaration in declarations],
-                                  field_name="identifier")
+    for declaration in declarations:
+        _check_declaration(declaration)
+    identifiers = [declaration.identifier for declaration in declarations]
+    stored = Type.objects.in_bulk(identifiers, field_name="identifier")
+    missing = [declaration for declaration in declarations if declaration.identifier not in stored]
+    if missing:
+        _create(missing)
+        stored = Type.objects.in_bulk(identifiers, field_name="identifier")
     return [_sync(declaration, stored.get(declaration.identifier)) for declaration in declarations]
+
+
+@queue_write
+def _create(declarations):
+    """Insert the types of ``declarations`` in one statement: a fresh database's first
+    ``migrate`` and a test's flush write them all. One another process inserted meanwhile
+    is left to ``_sync``."""
+    for declaration in declarations:
+        _check_backoffs(None, declaration.parameters)
+    Type.objects.bulk_create(
+        [Type(identifier=declaration.identifier, handler=declaration.handler, **declaration.parameters)
+         for declaration in declarations],
+        ignore_conflicts=True)
+
+
+def _check_declaration(declaration):
+    registry.resolve_handler(declaration.handler)
+    if registry.is_pickled(declaration):
+        registry.check_pickle_enabled()
 
 
 def _sync(declaration, stored=None):
@@ -144,9 +169,7 @@ def _sync(declaration, stored=None):
     the declaration says is returned as it is: every daemon's start and every ``migrate``
     syncs all declarations, and rewriting the unchanged ones would take a write lock per
     type (SQLite's whole database) for nothing."""
-    registry.resolve_handler(declaration.handler)
-    if registry.is_pickled(declaration):
-        registry.check_pickle_enabled()
+    _check_declaration(declaration)
     if stored is not None and _says(stored, declaration):
         return stored
     return _save_type(declaration.identifier, declaration.handler, declaration.parameters)

@@ -89,6 +89,25 @@ def test_syncing_the_declarations_rewrites_only_the_types_that_differ_from_their
     assert synced["tests.declared"].max_restarts == 1
 
 
+def test_declared_types_missing_are_written_together_and_one_written_meanwhile_is_synced(monkeypatch):
+    from atp.engine import sync_declared_types, types
+
+    Type.objects.filter(identifier__in=registry.declarations()).delete()
+    create = types._create
+
+    def another_process_first(declarations):
+        Type.objects.create(identifier="tests.declared", handler="tests.handlers.noop", max_restarts=7)
+        create(declarations)
+
+    monkeypatch.setattr(types, "_create", another_process_first)
+    synced = {task_type.identifier: task_type for task_type in sync_declared_types()}
+    assert synced.keys() == set(Type.objects.filter(identifier__in=registry.declarations())
+                                .values_list("identifier", flat=True))
+    declared = Type.objects.get(identifier="tests.declared")
+    assert (declared.handler, declared.max_restarts) == ("tests.handlers.declared", 1)
+    assert synced["tests.declared"].max_restarts == 1
+
+
 def test_pausing_a_type_is_recorded(noop_type):
     assert atp.pause_type("tests.noop").is_paused
     assert not atp.resume_type(noop_type).is_paused

@@ -22,7 +22,8 @@ ATP_REQUIRE_POSTGRES ?= 0
 ATP_REQUIRE_MYSQL ?= 0
 DJANGO_COMPAT ?= Django>=4.2,<5.0
 
-.PHONY: demo test test-fast browser test-sqlite test-pages test-sqlite-core test-postgres \
+.PHONY: demo test test-fast browser test-sqlite test-pages test-sqlite-core test-sqlite-slow \
+	test-sqlite-fast test-postgres-slow test-mysql-slow test-postgres \
 	test-postgres-own test-postgres-orm test-postgres-fast test-mysql test-mysql-own \
 	test-mysql-orm test-mysql-fast mysql-driver test-orm test-djangotasks test-compat \
 	test-django6 test-lane test-beside bench bench-peers bench-admin soak screenshots guards chaos lint clean
@@ -48,19 +49,18 @@ demo: $(VENV)/.demo
 	$(PY) manage.py demo_setup $(if $(filter 1,$(DEMO_RESET)),--reset)
 	$(PY) manage.py demo_serve $(DEMO_ADDRESS)
 
-# `make test` runs its stages one after another, each with a database of its own (SQLite:
-# a file per process; the orm engine's stages: the server's test database with `_orm`
-# added to its name), and every stage even when another fails (-k). Each stage prints
-# its output whole when it ends. TEST_LANES=2 runs them in two lanes side by side
-# instead: TEST_LANE, the whole suite on each database, one stage after another, and
-# beside it TEST_BESIDE, the pages' browser tests and the queue verbs' suite on the orm
-# engine. Most of a database's stage is real daemons waiting for their timers, with a
-# core to spare, so two lanes take 13 to 17 minutes where one takes 20 on the development
-# machine; but under the two lanes' load a test with daemons on short timers failed once
-# in two runs, and CI must not be red for that (docs/development.md).
-TEST_LANE ?= test-sqlite-core test-postgres-own test-mysql-own
-TEST_BESIDE ?= test-postgres-orm test-mysql-orm test-orm test-pages
-TEST_LANES ?= 1
+# `make test` runs its stages in two lanes side by side, each stage with a database of its
+# own (SQLite: a file per process; on a server, the test database with a suffix of its
+# own), and every stage even when another fails (-k); each lane prints a stage's output
+# whole when the stage ends. TEST_LANE holds the tests with real daemons and processes
+# (marked `slow`), one database after another: they mostly wait for their timers, and only
+# one of them runs at a time, as when run alone. TEST_BESIDE holds the rest: each
+# database's other tests, the queue verbs' suite on the orm engine, and the pages' browser
+# tests. TEST_LANES=1 runs both lists one stage after another (docs/development.md).
+TEST_LANE ?= test-sqlite-slow test-postgres-slow test-mysql-slow
+TEST_BESIDE ?= test-sqlite-fast test-postgres-fast test-mysql-fast test-postgres-orm \
+	test-mysql-orm test-orm test-pages
+TEST_LANES ?= 2
 test: $(VENV)/.installed mysql-driver browser  # installed once, before the stages
 ifeq ($(TEST_LANES),1)
 	@$(MAKE) --no-print-directory -k -j1 $(TEST_LANE) $(TEST_BESIDE)
@@ -120,14 +120,21 @@ test-sqlite: test-pages test-sqlite-core
 test-pages: $(VENV)/.installed browser
 	env -u ATP_TEST_DATABASE_URL $(PY) -m pytest $(PYTEST_ARGS) $(PAGE_TESTS)
 
-test-sqlite-core: $(VENV)/.installed
-	env -u ATP_TEST_DATABASE_URL $(PY) -m pytest $(PYTEST_ARGS) --ignore=tests/browser \
+# SQLite's core: its `slow` tests and the rest, which make test runs in its two lanes.
+test-sqlite-core: test-sqlite-slow test-sqlite-fast
+
+test-sqlite-slow: $(VENV)/.installed
+	env -u ATP_TEST_DATABASE_URL $(PY) -m pytest -m slow $(PYTEST_ARGS) --ignore=tests/browser \
 		--ignore=tests/demo
 
-# $(call orm_url,URL): the database URL of the orm engine's stage on URL's server, the
-# same but for `_orm` after its database's name, so that it runs beside the database's
-# own engine's stage.
-orm_url = $(dir $(1))$(notdir $(1))_orm
+test-sqlite-fast: $(VENV)/.installed
+	env -u ATP_TEST_DATABASE_URL $(PY) -m pytest -m "not slow" $(PYTEST_ARGS) \
+		--ignore=tests/browser --ignore=tests/demo
+
+# $(call suffixed,URL,SUFFIX): the database URL of a stage that runs beside the one on URL
+# on the same server: the same but for SUFFIX after its database's name.
+suffixed = $(dir $(1))$(notdir $(1))$(2)
+orm_url = $(call suffixed,$(1),_orm)
 
 # $(call on_postgres,TITLE,COMMAND): run COMMAND when the PostgreSQL server of
 # $(ATP_TEST_DATABASE_URL) answers (its database need not exist: the tests create their
@@ -146,8 +153,16 @@ on_postgres = if $(postgres_answers); then \
 # orm engine (in the database $(ATP_TEST_DATABASE_URL)_orm).
 test-postgres: test-postgres-own test-postgres-orm
 
-test-postgres-own: $(VENV)/.installed
-	@$(call on_postgres,its engine in $(ATP_TEST_DATABASE_URL),$(PY) -m pytest $(PYTEST_ARGS) $(ONCE_TESTS))
+test-postgres-own: test-postgres-slow test-postgres-fast
+
+test-postgres-slow: $(VENV)/.installed
+	@$(call on_postgres,the slow tests in $(ATP_TEST_DATABASE_URL),$(PY) -m pytest -m slow $(PYTEST_ARGS) $(ONCE_TESTS))
+
+# The rest, in the database named as ATP_TEST_DATABASE_URL's with `_fast` added.
+test-postgres-fast: $(VENV)/.installed
+	@$(call on_postgres,the fast tests in $(call suffixed,$(ATP_TEST_DATABASE_URL),_fast),\
+		ATP_TEST_DATABASE_URL=$(call suffixed,$(ATP_TEST_DATABASE_URL),_fast) \
+		$(PY) -m pytest -m "not slow" $(PYTEST_ARGS) $(ONCE_TESTS))
 
 test-postgres-orm: $(VENV)/.installed
 	@$(call on_postgres,the orm engine in $(call orm_url,$(ATP_TEST_DATABASE_URL)),\
@@ -197,8 +212,15 @@ on_mysql = if $(call mysql_answers,$(ATP_TEST_MYSQL_URL)) 2>/dev/null; then \
 MYSQL_TESTS ?= tests
 test-mysql: test-mysql-own test-mysql-orm
 
-test-mysql-own: mysql-driver
-	@$(call on_mysql,its engine in $(ATP_TEST_MYSQL_URL),$(PY) -m pytest $(PYTEST_ARGS) $(MYSQL_TESTS) $(ONCE_TESTS))
+test-mysql-own: test-mysql-slow test-mysql-fast
+
+test-mysql-slow: mysql-driver
+	@$(call on_mysql,the slow tests in $(ATP_TEST_MYSQL_URL),$(PY) -m pytest -m slow $(PYTEST_ARGS) $(MYSQL_TESTS) $(ONCE_TESTS))
+
+test-mysql-fast: mysql-driver
+	@$(call on_mysql,the fast tests in $(call suffixed,$(ATP_TEST_MYSQL_URL),_fast),\
+		ATP_TEST_DATABASE_URL=$(call suffixed,$(ATP_TEST_MYSQL_URL),_fast) \
+		$(PY) -m pytest -m "not slow" $(PYTEST_ARGS) $(MYSQL_TESTS) $(ONCE_TESTS))
 
 test-mysql-orm: mysql-driver
 	@$(call on_mysql,the orm engine in $(call orm_url,$(ATP_TEST_MYSQL_URL)),\
@@ -223,12 +245,6 @@ STACK_TARGETS ?= test-pages test-fast test-djangotasks test-postgres-fast test-m
 # Django's Tasks framework run by atpd (tests/djangotasks), on SQLite.
 test-djangotasks: $(VENV)/.installed
 	env -u ATP_TEST_DATABASE_URL $(PY) -m pytest $(PYTEST_ARGS) tests/djangotasks
-
-test-postgres-fast: $(VENV)/.installed
-	@$(call on_postgres,the fast tests in $(ATP_TEST_DATABASE_URL),$(PY) -m pytest -m "not slow" $(PYTEST_ARGS) $(ONCE_TESTS))
-
-test-mysql-fast: mysql-driver
-	@$(call on_mysql,the fast tests in $(ATP_TEST_MYSQL_URL),$(PY) -m pytest -m "not slow" $(PYTEST_ARGS) $(ONCE_TESTS))
 
 # The other stacks' stages run one after another; STACK_JOBS=N runs N at once.
 STACK_JOBS ?= 1

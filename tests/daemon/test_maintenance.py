@@ -192,13 +192,15 @@ def test_a_killed_daemons_tasks_finish_elsewhere_and_never_run_twice_at_once(sta
     wait_until(lambda: Instance.objects.filter(status=Status.FINISHED).count() >= 50,
                timeout=120, message="50 tasks finished")
     workers = psutil.Process(doomed.pid).children()
+    # What the dead daemon still held is read once its workers have exited too (one may
+    # complete a task up to the kill), and before the survivor reaps it: the survivor is
+    # stopped meanwhile, so that a loaded machine's slow exits cannot let it reap first.
+    survivor.freeze()
     doomed.signal(signal.SIGKILL)
     doomed.wait(10)
-    # What the dead daemon still held: read once its workers have exited too (one may
-    # complete a task up to the kill), and before the survivor reaps it, 4 s after its
-    # last heartbeat.
-    wait_until(lambda: not any(map(still_running, workers)), timeout=3, message="workers gone")
+    wait_until(lambda: not any(map(still_running, workers)), timeout=10, message="workers gone")
     held = set(Task.objects.filter(daemon__pid=doomed.pid).values_list("instance_id", flat=True))
+    survivor.signal(signal.SIGCONT)
 
     wait_until(lambda: Instance.objects.filter(status=Status.FINISHED).count() == 200,
                timeout=180, message="all 200 tasks finished")

@@ -2,10 +2,10 @@
 # measures atpd.
 #
 # Everything is installed into .venv from setup.cfg; nothing else is needed but
-# Python 3.11+ and make. `make test` runs the suite on SQLite, then on PostgreSQL
-# when ATP_TEST_DATABASE_URL (default: a local server) answers, then on MariaDB/MySQL
-# when ATP_TEST_MYSQL_URL answers; with
-# ATP_REQUIRE_POSTGRES=1 (ATP_REQUIRE_MYSQL=1) an unreachable server fails the run.
+# Python 3.11+ and make. `make test` runs the suite on SQLite, on PostgreSQL when
+# ATP_TEST_DATABASE_URL (default: a local server) answers, and on MariaDB/MySQL when
+# ATP_TEST_MYSQL_URL answers; with ATP_REQUIRE_POSTGRES=1 (ATP_REQUIRE_MYSQL=1) an
+# unreachable server fails the run.
 
 PYTHON ?= python3
 VENV ?= .venv

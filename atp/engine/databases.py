@@ -225,12 +225,12 @@ class PostgreSQL(Database):
 
     def space_remedy(self, size):
         # The rule by which a daemon vacuums the queue table itself (atp.engine.upkeep).
-        from atp.engine.upkeep import VACUUM_MIN_DEAD
+        from atp.engine.upkeep import VACUUM, VACUUM_MIN_DEAD
 
         if size.dead_rows is None or not (size.dead_rows >= VACUUM_MIN_DEAD
                                           and size.dead_rows > (size.rows or 0)):
             return ""
-        return (f"VACUUM (ANALYZE) {size.table}: autovacuum lags behind it (is it on? "
+        return (f"{VACUUM} {size.table}: autovacuum lags behind it (is it on? "
                 "see docs/performance.md); it does not block the queue")
 
 

@@ -38,7 +38,7 @@ def test_postgresql_asks_for_a_vacuum_by_the_rule_its_daemons_vacuum_by():
     assert remedy(TableSize("atp_task", 1, rows=10, dead_rows=VACUUM_MIN_DEAD - 1)) == ""
     assert remedy(TableSize("atp_task", 1, rows=VACUUM_MIN_DEAD * 2, dead_rows=VACUUM_MIN_DEAD)) == ""
     assert remedy(TableSize("atp_task", 1, rows=10, dead_rows=VACUUM_MIN_DEAD)).startswith(
-        "VACUUM (ANALYZE) atp_task")
+        "VACUUM (ANALYZE, INDEX_CLEANUP ON) atp_task")
 
 
 @pytest.mark.parametrize("database, statement", [(MySQL(), "OPTIMIZE TABLE atp_task"),

@@ -52,9 +52,9 @@ demo: $(VENV)/.demo
 # `make test` runs its stages in two lanes side by side, each stage with a database of its
 # own (SQLite: a file per process; on a server, the test database with a suffix of its
 # own), and every stage even when another fails (-k); each lane prints a stage's output
-# whole when the stage ends. TEST_LANE holds the tests with real daemons and processes
-# (marked `slow`), one database after another: they mostly wait for their timers, and only
-# one of them runs at a time, as when run alone. TEST_BESIDE holds the rest: each
+# whole when the stage ends. TEST_LANE holds the tests marked `slow` (real daemons and
+# processes, large tables), one database after another: most wait for their daemons'
+# timers, and only one of them runs at a time, as when run alone. TEST_BESIDE holds the rest: each
 # database's other tests, the queue verbs' suite on the orm engine, and the pages' browser
 # tests. TEST_LANES=1 runs both lists one stage after another (docs/development.md).
 TEST_LANE ?= test-sqlite-slow test-postgres-slow test-mysql-slow

@@ -150,12 +150,13 @@ def _create(declarations):
     """Insert the types of ``declarations`` in one statement: a fresh database's first
     ``migrate`` and a test's flush write them all. One another process inserted meanwhile
     is left to ``_sync``."""
-    for declaration in declarations:
+    rows = []
+    for declaration in declarations:  # the checks of _save_type, for a type not stored
         _check_backoffs(None, declaration.parameters)
-    Type.objects.bulk_create(
-        [Type(identifier=declaration.identifier, handler=declaration.handler, **declaration.parameters)
-         for declaration in declarations],
-        ignore_conflicts=True)
+        parameters = _check_rate(None, declaration.parameters)
+        rows.append(Type(identifier=declaration.identifier, handler=declaration.handler,
+                         **parameters))
+    Type.objects.bulk_create(rows, ignore_conflicts=True)
 
 
 def _check_declaration(declaration):

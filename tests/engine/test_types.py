@@ -73,34 +73,79 @@ def test_declared_types_are_in_the_database_after_migrate():
     assert declared.timeout == datetime.timedelta(seconds=5)
 
 
-def test_syncing_the_declarations_rewrites_only_the_types_that_differ_from_theirs():
+@pytest.mark.parametrize("change", [
+    {"max_restarts": 9},
+    {"timeout": datetime.timedelta(seconds=6)},
+    {"description": "changed by hand"},
+    {"handler": "tests.handlers.noop"},
+], ids=lambda change: next(iter(change)))
+def test_syncing_the_declarations_rewrites_only_the_types_that_differ_from_theirs(change):
     from atp.engine import sync_declared_types
 
     declared = Type.objects.filter(identifier__in=registry.declarations())
     assert declared.count() >= 10
-    Type.objects.filter(identifier="tests.declared").update(max_restarts=9, handler="tests.handlers.noop")
+    Type.objects.filter(identifier="tests.declared").update(**change)
     before = dict(declared.values_list("identifier", "updated"))
     synced = {task_type.identifier: task_type for task_type in sync_declared_types()}
     after = dict(declared.values_list("identifier", "updated"))
     assert {name for name in after if after[name] != before[name]} == {"tests.declared"}
     rewritten = Type.objects.get(identifier="tests.declared")
-    assert (rewritten.max_restarts, rewritten.handler) == (1, "tests.handlers.declared")
+    assert (rewritten.max_restarts, rewritten.timeout, rewritten.description, rewritten.handler) == (
+        1, datetime.timedelta(seconds=5), "declared in code", "tests.handlers.declared")
     assert synced.keys() == before.keys()
     assert synced["tests.declared"].max_restarts == 1
 
 
+def _declare(monkeypatch, identifier, **parameters):
+    monkeypatch.setitem(registry._declarations, identifier, registry.Declaration(
+        identifier, "tests.handlers.noop",
+        registry.clean_type_parameters(parameters, allow_pickle=True)))
+
+
+def test_a_declared_rate_and_its_bucket_are_what_syncing_compares(monkeypatch):
+    from atp.engine import sync_declared_types
+
+    _declare(monkeypatch, "tests.rated_declared", rate="20/m", bucket_size=3, min_backoff=0.25)
+    sync_declared_types()
+    stored = Type.objects.filter(identifier="tests.rated_declared")
+    written = stored.get().updated
+    sync_declared_types()
+    assert stored.get().updated == written  # nothing differs: not rewritten
+    stored.update(bucket_size=4)
+    sync_declared_types()
+    assert stored.get().bucket_size == 3
+
+
+def test_a_declared_bucket_without_a_rate_is_refused_on_a_fresh_database_too(monkeypatch):
+    from atp.engine import sync_declared_types
+
+    _declare(monkeypatch, "tests.bucket_only", bucket_size=3)
+    with pytest.raises(InvalidParameter, match="bucket_size needs a rate"):
+        sync_declared_types()
+    assert not Type.objects.filter(identifier="tests.bucket_only").exists()
+
+
 def test_declared_types_missing_are_written_together_and_one_written_meanwhile_is_synced(monkeypatch):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
     from atp.engine import sync_declared_types, types
 
     Type.objects.filter(identifier__in=registry.declarations()).delete()
-    create = types._create
+    create, created = types._create, []
 
     def another_process_first(declarations):
         Type.objects.create(identifier="tests.declared", handler="tests.handlers.noop", max_restarts=7)
+        created.extend(declaration.identifier for declaration in declarations)
         create(declarations)
 
     monkeypatch.setattr(types, "_create", another_process_first)
-    synced = {task_type.identifier: task_type for task_type in sync_declared_types()}
+    with CaptureQueriesContext(connection) as queries:
+        synced = {task_type.identifier: task_type for task_type in sync_declared_types()}
+    assert set(created) == synced.keys() and len(created) >= 10
+    inserts = [query["sql"] for query in queries.captured_queries
+               if query["sql"].lstrip().upper().startswith("INSERT") and "atp_type" in query["sql"]]
+    assert len(inserts) == 2, inserts  # the other process's, then all the declarations at once
     assert synced.keys() == set(Type.objects.filter(identifier__in=registry.declarations())
                                 .values_list("identifier", flat=True))
     declared = Type.objects.get(identifier="tests.declared")

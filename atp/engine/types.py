@@ -142,14 +142,14 @@ def sync_declared_types():
     if missing:
         _create(missing)
         stored = Type.objects.in_bulk(identifiers, field_name="identifier")
-    return [_sync(declaration, stored.get(declaration.identifier)) for declaration in declarations]
+    return [_write(declaration, stored.get(declaration.identifier)) for declaration in declarations]
 
 
 @queue_write
 def _create(declarations):
     """Insert the types of ``declarations`` in one statement: a fresh database's first
     ``migrate`` and a test's flush write them all. One another process inserted meanwhile
-    is left to ``_sync``."""
+    is left to ``_write``."""
     rows = []
     for declaration in declarations:  # the checks of _save_type, for a type not stored
         _check_backoffs(None, declaration.parameters)
@@ -165,12 +165,11 @@ def _check_declaration(declaration):
         registry.check_pickle_enabled()
 
 
-def _sync(declaration, stored=None):
-    """Write ``declaration``; return its type. A ``stored`` row that already says what
-    the declaration says is returned as it is: every daemon's start and every ``migrate``
-    syncs all declarations, and rewriting the unchanged ones would take a write lock per
-    type (SQLite's whole database) for nothing."""
-    _check_declaration(declaration)
+def _write(declaration, stored=None):
+    """Write ``declaration``, checked; return its type. A ``stored`` row that already says
+    what the declaration says is returned as it is: every daemon's start and every
+    ``migrate`` syncs all declarations, and rewriting the unchanged ones would take a write
+    lock per type (SQLite's whole database) for nothing."""
     if stored is not None and _says(stored, declaration):
         return stored
     return _save_type(declaration.identifier, declaration.handler, declaration.parameters)
@@ -198,7 +197,8 @@ def get_type(identifier):
         declaration = registry.declarations().get(identifier)
         if declaration is None:
             raise TaskTypeNotFound(f"no task type {identifier!r} is registered") from None
-        return _sync(declaration)
+        _check_declaration(declaration)
+        return _write(declaration)
 
 
 def catalog_rows():

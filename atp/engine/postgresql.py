@@ -90,16 +90,31 @@ def _preparing_cursor_class():
 
 
 def execute_claim(cursor, sql, params, *, within_limits=False):
-    """Execute ``sql`` (a claim, or its EXPLAIN) under ``bound_claim_plan`` (with
-    ``lock_limited``'s locks when it claims ``within_limits``): in one round trip where the
-    cursor binds on the client (each statement of the string still reads the database as it
-    is when that statement begins), else as statements of the caller's transaction."""
-    first = SQL["lock_limited"] if within_limits else SQL["bound_claim_plan"]
+    """Execute ``sql`` (a claim, a settle, or its EXPLAIN) after ``lock_round``: the planner
+    settings of ``bound_claim_plan``, the daemon's row locked, with ``within_limits`` its
+    limited types', and the rows of the attempts to settle (``pks``). A plain claim, which
+    locks the daemon's row itself, runs after ``bound_claim_plan`` alone (the cheaper
+    statement: an idle daemon's claim of one task waits for it). In one round trip where
+    the cursor binds on the client (each statement of the string still reads the database
+    as it is when that statement begins), else as statements of the caller's transaction."""
+    if not (within_limits or params.get("pks")):
+        return _execute_after(cursor, SQL["bound_claim_plan"], sql, params)
+    params = {"pks": [], "types": [], **params, "within_limits": within_limits}
+    return _execute_after(cursor, SQL["lock_round"], sql, params)
+
+
+def execute_planned(cursor, sql, params):
+    """Execute ``sql`` (a read of the claim index, or its EXPLAIN) under ``bound_claim_plan``,
+    as ``execute_claim`` does after ``lock_round``."""
+    _execute_after(cursor, SQL["bound_claim_plan"], sql, params)
+
+
+def _execute_after(cursor, first, sql, params):
     if _binds_on_the_client(cursor):
         cursor.execute(f"{first}; {sql}", params)
-        cursor.nextset()  # to the claim's own result
+        cursor.nextset()  # to the statement's own result
     else:  # server-side binding takes one statement at a time
-        cursor.execute(first, params if within_limits else None)
+        cursor.execute(first, params)
         cursor.execute(sql, params)
 
 
@@ -146,7 +161,7 @@ def settle_and_claim(daemon, outcomes, limit, type_ids, start, limited=False):
     statement, one commit; return ``(keys of the tasks settled, what claim returns)``.
 
     With ``limited`` (see ``claim``) the statement claims within limits, after
-    ``lock_limited``, in one transaction. Without it, a limited type met claims nothing
+    ``lock_round``, in one transaction. Without it, a limited type met claims nothing
     and the claim is None: the settle is written, and the caller claims (``claim``).
     ``DaemonStopped`` leaves the settle written.
     """
@@ -159,15 +174,7 @@ def settle_and_claim(daemon, outcomes, limit, type_ids, start, limited=False):
 
 
 def _claim(sql, params, daemon, inputs, within_limits=False):
-    connection = connections[database()]
-    with statement_cursor(connection) as cursor:
-        if connection.in_atomic_block or _binds_on_the_client(cursor):
-            execute_claim(cursor, sql, params, within_limits=within_limits)
-            rows = cursor.fetchall()
-        else:  # bound_claim_plan (or lock_limited) and the claim must share a transaction
-            with transaction.atomic(using=connection.alias):
-                execute_claim(cursor, sql, params, within_limits=within_limits)
-                rows = cursor.fetchall()
+    rows = _locked_round(sql, params, within_limits)
     alive, limited, strays, settled = rows[0][:4]
     settled = set(settled or ())
     if not alive:
@@ -189,6 +196,20 @@ def _claim(sql, params, daemon, inputs, within_limits=False):
     return settled, (instances, strays or [])
 
 
+def _locked_round(sql, params, within_limits=False):
+    """Run ``sql`` after ``lock_round`` in one transaction (the caller's, or one of its
+    own); return its rows."""
+    connection = connections[database()]
+    with statement_cursor(connection) as cursor:
+        if connection.in_atomic_block or _binds_on_the_client(cursor):
+            execute_claim(cursor, sql, params, within_limits=within_limits)
+            return cursor.fetchall()
+        # lock_round and the statement must share a transaction
+        with transaction.atomic(using=connection.alias):
+            execute_claim(cursor, sql, params, within_limits=within_limits)
+            return cursor.fetchall()
+
+
 def next_due(type_ids, within):
     """Return in how many seconds the first task of ``type_ids`` waiting for its time
     (``eta``, ``countdown``, a retry's backoff) becomes runnable, if within ``within``
@@ -197,11 +218,11 @@ def next_due(type_ids, within):
     params = {"types": list(type_ids), "within": float(within)}
     with statement_cursor(connection) as cursor:
         if connection.in_atomic_block or _binds_on_the_client(cursor):
-            execute_claim(cursor, SQL["next_due"], params)
+            execute_planned(cursor, SQL["next_due"], params)
             row = cursor.fetchone()
         else:  # bound_claim_plan and the statement must share a transaction
             with transaction.atomic(using=connection.alias):
-                execute_claim(cursor, SQL["next_due"], params)
+                execute_planned(cursor, SQL["next_due"], params)
                 row = cursor.fetchone()
     return None if row is None or row[0] is None else max(0.0, float(row[0]))
 
@@ -248,9 +269,7 @@ def settle(daemon, outcomes):
     """Write the ends (FINISHED or FAILED ``Outcome``) and unwritten starts of many attempts
     in one statement; return the keys of the tasks written. An outcome whose attempt was
     superseded, or whose task is not in a state to move so, writes nothing."""
-    with statement_cursor(connections[database()]) as cursor:
-        cursor.execute(SQL["settle"], settle_parameters(daemon, outcomes))
-        return {row[0] for row in cursor.fetchall()}
+    return {row[0] for row in _locked_round(SQL["settle"], settle_parameters(daemon, outcomes))}
 
 
 def settle_parameters(daemon, outcomes):
@@ -265,7 +284,8 @@ def settle_parameters(daemon, outcomes):
         "content_types": [content_type for _, content_type, _ in responses],
         "charsets": [charset for _, _, charset in responses],
         "started_agos": [outcome.started_ago for outcome in outcomes],
-        "label": daemon_label(daemon),
+        # The daemon's row, locked first (lock_round) when ``daemon`` is one, not a label.
+        "daemon": getattr(daemon, "pk", None), "label": daemon_label(daemon),
     }
 
 

@@ -56,11 +56,16 @@ def _enqueue(count):
 
 
 def _waiting_with(statistics):
-    """Queue ``WAITING`` tasks, then leave ``atp_task``'s statistics "never analyzed" or
-    "fresh"."""
+    """Queue ``WAITING`` tasks, then leave the statistics of ``atp_task`` and ``atp_instance``
+    "never analyzed", "fresh", or those of the queue table only fresh (as the daemons'
+    upkeep keeps them: "tasks never analyzed")."""
     _enqueue(WAITING)
     if statistics == "never analyzed":
-        _forget_statistics()
+        _forget_statistics("atp_task", "atp_instance")
+    elif statistics == "tasks never analyzed":
+        _forget_statistics("atp_instance")
+        with connection.cursor() as cursor:
+            cursor.execute("ANALYZE atp_task")
     else:
         with connection.cursor() as cursor:
             cursor.execute("ANALYZE atp_task")
@@ -91,15 +96,17 @@ def explain_hot_claim(daemon, type_ids):
     return plan if isinstance(plan, list) else json.loads(plan)
 
 
-def _forget_statistics():
-    """Make ``atp_task`` look never analyzed (a superuser's change, rolled back after the test)."""
+def _forget_statistics(*tables):
+    """Make ``tables`` (``atp_task``) look never analyzed (a superuser's change, rolled back
+    after the test)."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user")
         if not cursor.fetchone()[0]:
             pytest.skip("forgetting a table's statistics needs a superuser")
-        cursor.execute("DELETE FROM pg_statistic WHERE starelid = 'atp_task'::regclass")
-        cursor.execute("UPDATE pg_class SET reltuples = -1, relpages = 0 "
-                       "WHERE oid = 'atp_task'::regclass")
+        for table in tables or ["atp_task"]:
+            cursor.execute("DELETE FROM pg_statistic WHERE starelid = %s::regclass", [table])
+            cursor.execute("UPDATE pg_class SET reltuples = -1, relpages = 0 "
+                           "WHERE oid = %s::regclass", [table])
 
 
 @pytest.mark.parametrize("statistics", ["never analyzed", "analyzed while empty", "fresh"])
@@ -233,7 +240,7 @@ KEYED = {"atp_instance": {"atp_instance_pkey"}, "atp_inputs": {"atp_inputs_pkey"
 
 
 @pytest.mark.parametrize("limited", [False, True], ids=["no limit", "max_concurrency"])
-@pytest.mark.parametrize("statistics", ["never analyzed", "fresh"])
+@pytest.mark.parametrize("statistics", ["never analyzed", "tasks never analyzed", "fresh"])
 def test_the_plan_kept_for_the_daemons_round_reads_each_row_by_its_key(
         postgres_only, noop_type, daemon, statistics, limited):
     """The round the daemon repeats (``settle_and_claim``) is prepared and planned once:
@@ -256,8 +263,60 @@ def test_the_plan_kept_for_the_daemons_round_reads_each_row_by_its_key(
               **postgresql.claim_parameters(daemon, 4, [noop_type.pk], start=4, inputs=True)}
     statement = postgresql.SQL[
         "settle_and_claim_within_limits" if limited else "settle_and_claim"]
-    plan = kept_plan(statement, params)
+    assert_read_by_keys(kept_plan(statement, params), limited)
+
+
+def test_the_plan_kept_for_a_settle_reads_each_row_by_its_key(postgres_only, noop_type, daemon):
+    """The ends written alone (``settle``, as a stopping daemon does) are planned once too."""
+    from atp.engine.engines import engine as chosen
+    from atp.engine.outcomes import Outcome
+
+    if chosen().name != "postgresql":
+        pytest.skip("the PostgreSQL engine's statement")
+    _waiting_with("never analyzed")
+    outcomes = [Outcome.finished(0, 1, None)]
+    assert engine.settle(daemon, outcomes) == set()
+    plan = kept_plan(postgresql.SQL["settle"], postgresql.settle_parameters(daemon, outcomes))
+    assert_read_by_keys(plan, limited=False)
+
+
+#: The steps of the round with a row per task type, or one row: as many whatever the
+#: number of tasks.
+PER_TYPE = {"kinds", "alive", "limited", "bucket", "quota"}
+
+
+def _reads_tasks_of_a_step(node):
+    """Whether ``node`` reads what a step of the statement produced for its tasks (the
+    ends given, a common table expression with a row per task), not a table."""
+    return node["Node Type"] == "Function Scan" or (
+        node["Node Type"] == "CTE Scan" and node["CTE Name"] not in PER_TYPE)
+
+
+def joins_of_two_steps(nodes):
+    """Return the joins of ``nodes`` whose two sides both read steps of the statement with
+    a row per task: a nested loop over both (the planner takes a step for a row or a
+    few), quadratic in the tasks of a round (30 ms of a 60 ms round of 250 tasks once)."""
+    found = []
+    for node in nodes:
+        sides = [child for child in node.get("Plans", ())
+                 if child.get("Parent Relationship") in ("Outer", "Inner")]
+        if len(sides) == 2 and all(
+                any(_reads_tasks_of_a_step(read) for read in _looped(side)) for side in sides):
+            found.append((node["Node Type"], node.get("Join Filter")))
+    return found
+
+
+def _looped(plan):
+    """Yield the nodes of ``plan`` a join runs again for each row: not its init plans, run once."""
+    yield plan
+    for child in plan.get("Plans", ()):
+        if child.get("Parent Relationship") not in ("InitPlan", "SubPlan"):
+            yield from _looped(child)
+
+
+def assert_read_by_keys(plan, limited):
     nodes = list(_nodes(plan[0]["Plan"]))
+    assert not joins_of_two_steps(nodes), joins_of_two_steps(nodes)
     reads = [(node["Relation Name"], node["Node Type"], node.get("Index Name"),
               node.get("Index Cond"))
              for node in nodes if node.get("Relation Name") in KEYED
@@ -281,7 +340,7 @@ def test_the_next_due_time_is_read_by_probes_of_the_claim_index(
         postgres_only, noop_type, statistics):
     _waiting_with(statistics)
     with connection.cursor() as cursor:
-        postgresql.execute_claim(cursor, f"EXPLAIN (FORMAT JSON) {postgresql.SQL['next_due']}",
+        postgresql.execute_planned(cursor, f"EXPLAIN (FORMAT JSON) {postgresql.SQL['next_due']}",
                                  {"types": [noop_type.pk], "within": 1.0})
         plan = cursor.fetchone()[0]
     plan = plan if isinstance(plan, list) else json.loads(plan)

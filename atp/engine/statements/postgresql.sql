@@ -37,25 +37,49 @@ SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan'
     set_config('plan_cache_mode', 'force_generic_plan', true),
     set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true);
 
--- name: lock_limited
--- What the claim within limits runs first, in a statement of its own: bound_claim_plan's
--- planner settings, and the locks of the daemon's row, then of its limited types' rows
--- (NO KEY UPDATE: claims of those types wait for each other, while enqueues, which only
--- take KEY SHARE, go on). The types it locked are kept for the transaction
--- (atp.locked_types) for the claim to read.
+-- name: lock_round
+-- What a claim, or a round that writes the ends of attempts, runs first, in a statement of
+-- its own: bound_claim_plan's planner settings, and the locks the next statement needs,
+-- in the order of atp.engine.locks:
+--
+-- 1. the daemon's row (KEY SHARE: a reaper's FOR UPDATE before it declares the daemon
+--    stopped waits for this round, or this round for the reaper);
+-- 2. for a claim %(within_limits)s, its limited types' rows (NO KEY UPDATE: claims of
+--    those types wait for each other, while enqueues, which only take KEY SHARE, go on),
+--    kept for the transaction (atp.locked_types) for the claim to read;
+-- 3. the queue rows of the attempts to settle (%(pks)s), those leased, in key order
+--    (``held``, FOR UPDATE);
+-- 4. their tasks, in key order (``prior``, FOR NO KEY UPDATE).
+--
+-- Each step waits for the one before it (``held`` counts the rows of ``alive`` and
+-- ``locked`` first). The statement after it, in the same transaction, reads these rows as
+-- they are under lock (no other transaction changes them before the commit), each by its
+-- key. Locked in that statement's own steps instead, they would reach its update as
+-- another step's rows, and a join of two steps is a nested loop over both (the planner
+-- cannot know how many rows a step returns): 30 ms of a 60 ms round of 250 tasks.
 WITH alive AS (
     SELECT id FROM atp_daemon WHERE id = %(daemon)s AND stopped IS NULL FOR KEY SHARE
 ), locked AS (
     SELECT id FROM atp_type
     WHERE id = ANY(%(types)s::bigint[]) AND NOT is_paused AND NOT pull
         AND (max_concurrency IS NOT NULL OR rate IS NOT NULL) AND EXISTS (SELECT 1 FROM alive)
+        AND %(within_limits)s
+    ORDER BY id FOR NO KEY UPDATE
+), held AS (
+    SELECT instance_id FROM atp_task
+    WHERE instance_id = ANY(%(pks)s::bigint[]) AND daemon_id IS NOT NULL
+        AND (SELECT count(*) FROM alive) + (SELECT count(*) FROM locked) >= 0
+    ORDER BY instance_id FOR UPDATE
+), prior AS (
+    SELECT id FROM atp_instance WHERE id = ANY(ARRAY(SELECT instance_id FROM held))
     ORDER BY id FOR NO KEY UPDATE
 )
 SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
     set_config('enable_sort', 'off', true), set_config('jit', 'off', true),
     set_config('plan_cache_mode', 'force_generic_plan', true),
     set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true),
-    set_config('atp.locked_types', (SELECT coalesce(string_agg(id::text, ','), '') FROM locked), true);
+    set_config('atp.locked_types', (SELECT coalesce(string_agg(id::text, ','), '') FROM locked), true),
+    (SELECT count(*) FROM prior);
 
 -- name: claim
 -- Lease and schedule up to %(limit)s runnable tasks of the types %(types)s, start the
@@ -65,11 +89,15 @@ SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan'
 --
 -- The types it may take (kinds): those of %(types)s not paused, never a pull type (its
 -- tasks are leased by consumers, atp.engine.pull). The order of locks is the one of
--- atp.engine.locks: the daemon's row (KEY SHARE, which the leases' foreign key takes
--- anyway: a reaper's FOR UPDATE before it declares the daemon stopped waits for this
--- claim, or this claim for the reaper), the queue rows (skipping those another claim
--- holds), then the tasks. A row whose task is not ACCEPTED is not taken; its key comes
--- back in ``strays`` for repair.
+-- atp.engine.locks: the daemon's row (KEY SHARE: ``alive``, or lock_round before it when
+-- the round writes ends too), the queue rows (skipping those another claim holds), then
+-- the tasks. A row whose task is not ACCEPTED is not taken; its key comes back in
+-- ``strays`` for repair. The tasks leased come back from ``leased``, which carries the
+-- rows ``scheduled`` wrote: joined to each other, two steps would be a nested loop over
+-- both. ``scheduled`` reads each task by its key: its guard on the state is written so
+-- that no index answers it (CASE), or the planner, which cannot know how many tasks wait
+-- when atp_instance was never analyzed, would walk every waiting task's entry in
+-- atp_instance_live_idx once per task claimed (30 ms a round with 20,000 waiting).
 --
 -- This claim walks the claim index for all its types at once. When one of them has a
 -- concurrency limit or a rate (is_limited), it takes nothing and says so (``limited``),
@@ -98,7 +126,8 @@ WITH kinds AS (
     SET status = CASE WHEN ranked.starts THEN 'RUNNING' ELSE 'SCHEDULED' END,
         started = CASE WHEN ranked.starts THEN STATEMENT_TIMESTAMP() ELSE i.started END,
         attempt = i.attempt + 1, daemon_id = %(daemon)s, updated = STATEMENT_TIMESTAMP()
-    FROM ranked WHERE i.id = ranked.instance_id AND i.status IN ('ACCEPTED')
+    FROM ranked WHERE i.id = ranked.instance_id
+        AND CASE WHEN i.status IN ('ACCEPTED') THEN true ELSE false END
     RETURNING i.id, i.type_id, i.identifier, i.named, i.status, i.priority, i.tag, i.attempt,
         i.restarts, i.retries, i.batch_id, i.progress_done, i.progress_total,
         i.progress_message, i.daemon_id, i.created, i.updated, i.started, i.finished
@@ -106,7 +135,9 @@ WITH kinds AS (
     UPDATE atp_task t SET daemon_id = %(daemon)s, claimed = STATEMENT_TIMESTAMP(),
         deadline = STATEMENT_TIMESTAMP() + ty.timeout
     FROM scheduled s, atp_type ty WHERE t.instance_id = s.id AND ty.id = t.type_id
-    RETURNING t.instance_id, t.priority, t.not_before, t.type_id
+    RETURNING t.not_before, s.id, s.type_id, s.identifier, s.named, s.status, s.priority, s.tag,
+        s.attempt, s.restarts, s.retries, s.batch_id, s.progress_done, s.progress_total,
+        s.progress_message, s.daemon_id, s.created, s.updated, s.started, s.finished
 ), logged AS (
     INSERT INTO atp_logrecord (instance_id, time, status, attempt, message, daemon, actor)
     SELECT id, STATEMENT_TIMESTAMP(), 'SCHEDULED', attempt, '', %(label)s, ''
@@ -116,9 +147,9 @@ WITH kinds AS (
     FROM scheduled WHERE status = 'RUNNING'
 )
 SELECT meta.alive, meta.limited, meta.strays, meta.settled,
-    s.id, s.type_id, s.identifier, s.named, s.status, s.priority, s.tag, s.attempt,
-    s.restarts, s.retries, s.batch_id, s.progress_done, s.progress_total,
-    s.progress_message, s.daemon_id, s.created, s.updated, s.started, s.finished,
+    l.id, l.type_id, l.identifier, l.named, l.status, l.priority, l.tag, l.attempt,
+    l.restarts, l.retries, l.batch_id, l.progress_done, l.progress_total,
+    l.progress_message, l.daemon_id, l.created, l.updated, l.started, l.finished,
     ty.id, ty.identifier, ty.handler, ty.timeout, ty.max_restarts, ty.retention,
     ty.max_concurrency, ty.max_input_bytes, ty.max_response_bytes, ty.max_queued, ty.rate,
     ty.bucket_size, ty.tokens, ty.tokens_at, ty.dedup_window, ty.retry_limit, ty.age_limit,
@@ -131,14 +162,14 @@ FROM (
          WHERE instance_id NOT IN (SELECT id FROM scheduled)) AS strays,
         NULL::bigint[] AS settled
 ) AS meta
-LEFT JOIN (scheduled s JOIN atp_type ty ON ty.id = s.type_id JOIN leased l ON l.instance_id = s.id
-           LEFT JOIN atp_inputs inp ON inp.instance_id = s.id AND %(inputs)s)
+LEFT JOIN (leased l JOIN atp_type ty ON ty.id = l.type_id
+           LEFT JOIN atp_inputs inp ON inp.instance_id = l.id AND %(inputs)s)
     ON true
-ORDER BY l.priority DESC, l.not_before, s.id;
+ORDER BY l.priority DESC, l.not_before, l.id;
 
 -- name: claim_within_limits
 -- The claim (see claim) when one of its types has a concurrency limit or a rate. It
--- runs after lock_limited in the same transaction, a statement of its own so that it
+-- runs after lock_round in the same transaction, a statement of its own so that it
 -- reads the leases after the types' locks are held (a single statement would count them
 -- as they were when it began, before another claim of the same types committed). It
 -- takes at most the free slots of each limited type (its max_concurrency less its
@@ -148,7 +179,7 @@ ORDER BY l.priority DESC, l.not_before, s.id;
 -- statement takes a token per task leased (``spent``: a bucket none was taken from is
 -- left as it is, its refill counts from the same time). A type the locks did not take
 -- (it was not limited, or paused, when they were taken, and is now) gets no slot this
--- round: its leases were counted without its lock (atp.locked_types, set by lock_limited
+-- round: its leases were counted without its lock (atp.locked_types, set by lock_round
 -- for the transaction).
 WITH kinds AS (
     SELECT id, max_concurrency, rate, bucket_size, tokens, tokens_at,
@@ -204,7 +235,8 @@ WITH kinds AS (
     SET status = CASE WHEN ranked.starts THEN 'RUNNING' ELSE 'SCHEDULED' END,
         started = CASE WHEN ranked.starts THEN STATEMENT_TIMESTAMP() ELSE i.started END,
         attempt = i.attempt + 1, daemon_id = %(daemon)s, updated = STATEMENT_TIMESTAMP()
-    FROM ranked WHERE i.id = ranked.instance_id AND i.status IN ('ACCEPTED')
+    FROM ranked WHERE i.id = ranked.instance_id
+        AND CASE WHEN i.status IN ('ACCEPTED') THEN true ELSE false END
     RETURNING i.id, i.type_id, i.identifier, i.named, i.status, i.priority, i.tag, i.attempt,
         i.restarts, i.retries, i.batch_id, i.progress_done, i.progress_total,
         i.progress_message, i.daemon_id, i.created, i.updated, i.started, i.finished
@@ -212,7 +244,9 @@ WITH kinds AS (
     UPDATE atp_task t SET daemon_id = %(daemon)s, claimed = STATEMENT_TIMESTAMP(),
         deadline = STATEMENT_TIMESTAMP() + ty.timeout
     FROM scheduled s, atp_type ty WHERE t.instance_id = s.id AND ty.id = t.type_id
-    RETURNING t.instance_id, t.priority, t.not_before, t.type_id
+    RETURNING t.not_before, s.id, s.type_id, s.identifier, s.named, s.status, s.priority, s.tag,
+        s.attempt, s.restarts, s.retries, s.batch_id, s.progress_done, s.progress_total,
+        s.progress_message, s.daemon_id, s.created, s.updated, s.started, s.finished
 ), logged AS (
     INSERT INTO atp_logrecord (instance_id, time, status, attempt, message, daemon, actor)
     SELECT id, STATEMENT_TIMESTAMP(), 'SCHEDULED', attempt, '', %(label)s, ''
@@ -228,9 +262,9 @@ WITH kinds AS (
         AND EXISTS (SELECT 1 FROM leased l WHERE l.type_id = b.id)
 )
 SELECT meta.alive, meta.limited, meta.strays, meta.settled,
-    s.id, s.type_id, s.identifier, s.named, s.status, s.priority, s.tag, s.attempt,
-    s.restarts, s.retries, s.batch_id, s.progress_done, s.progress_total,
-    s.progress_message, s.daemon_id, s.created, s.updated, s.started, s.finished,
+    l.id, l.type_id, l.identifier, l.named, l.status, l.priority, l.tag, l.attempt,
+    l.restarts, l.retries, l.batch_id, l.progress_done, l.progress_total,
+    l.progress_message, l.daemon_id, l.created, l.updated, l.started, l.finished,
     ty.id, ty.identifier, ty.handler, ty.timeout, ty.max_restarts, ty.retention,
     ty.max_concurrency, ty.max_input_bytes, ty.max_response_bytes, ty.max_queued, ty.rate,
     ty.bucket_size, ty.tokens, ty.tokens_at, ty.dedup_window, ty.retry_limit, ty.age_limit,
@@ -243,51 +277,47 @@ FROM (
          WHERE instance_id NOT IN (SELECT id FROM scheduled)) AS strays,
         NULL::bigint[] AS settled
 ) AS meta
-LEFT JOIN (scheduled s JOIN atp_type ty ON ty.id = s.type_id JOIN leased l ON l.instance_id = s.id
-           LEFT JOIN atp_inputs inp ON inp.instance_id = s.id AND %(inputs)s)
+LEFT JOIN (leased l JOIN atp_type ty ON ty.id = l.type_id
+           LEFT JOIN atp_inputs inp ON inp.instance_id = l.id AND %(inputs)s)
     ON true
-ORDER BY l.priority DESC, l.not_before, s.id;
+ORDER BY l.priority DESC, l.not_before, l.id;
 
 -- name: settle
 -- The ends of many attempts, one row each in ``batch``; returns the keys of the tasks
--- written. Each is the one of finish (or its FAILED twin): the queue rows locked first,
--- in key order, and only an attempt that still holds its lease and may move to its state
--- is written; the others are left as they are, and missing from what the statement
--- returns. A row with ``started_ago`` is an attempt whose start was not known to be
--- written: it moves from SCHEDULED, through RUNNING (its history entry dated when it
--- started, never before its claim), to its end, or only to RUNNING when it has not
--- ended; found RUNNING (its start was written by a round whose answer was lost), it only
--- ends. The task rows are locked (``prior``) to read the state they are in, the queue
--- rows' lock held.
+-- written. It runs after lock_round, which locked the queue rows, then the tasks, of
+-- %(pks)s: each is the one of finish (or its FAILED twin), and only an attempt that still
+-- holds its lease (``held``: its queue row) and may move to its state is written; the
+-- others are left as they are, and missing from what the statement returns. A row with
+-- ``started_ago`` is an attempt whose start was not known to be written: it moves from
+-- SCHEDULED, through RUNNING (its history entry dated when it started, never before its
+-- claim), to its end, or only to RUNNING when it has not ended; found RUNNING (its start
+-- was written by a round whose answer was lost), it only ends. ``prior`` is the task's
+-- row as it was before this statement (under lock: as the update finds it), whose state
+-- says whether its start is written now. Each row is read by its key, and the ends carry
+-- what the later steps write (RETURNING), so that no step is joined to another.
 WITH batch AS (
     SELECT * FROM unnest(%(pks)s::bigint[], %(attempts)s::bigint[], %(states)s::text[],
         %(messages)s::text[], %(data)s::bytea[], %(content_types)s::text[], %(charsets)s::text[],
         %(started_agos)s::float8[])
     AS b(pk, attempt, status, message, data, content_type, charset, started_ago)
-), held AS (
-    SELECT instance_id, claimed FROM atp_task
-    WHERE instance_id = ANY(%(pks)s::bigint[]) AND daemon_id IS NOT NULL
-    ORDER BY instance_id FOR UPDATE
-), prior AS (
-    SELECT id, status = 'SCHEDULED' AS unstarted FROM atp_instance
-    WHERE id = ANY(%(pks)s::bigint[]) AND id IN (SELECT instance_id FROM held)
-    ORDER BY id FOR NO KEY UPDATE
 ), ended AS (
     UPDATE atp_instance i
     SET status = b.status, updated = STATEMENT_TIMESTAMP(),
-        started = CASE WHEN b.started_ago IS NOT NULL AND p.unstarted THEN GREATEST(
+        started = CASE WHEN b.started_ago IS NOT NULL AND prior.status = 'SCHEDULED' THEN GREATEST(
             held.claimed, STATEMENT_TIMESTAMP() - make_interval(secs => b.started_ago))
             ELSE i.started END,
         finished = CASE WHEN b.status = 'RUNNING' THEN i.finished
             ELSE STATEMENT_TIMESTAMP() END
-    FROM held, batch b, prior p
-    WHERE i.id = held.instance_id AND b.pk = i.id AND p.id = i.id AND i.attempt = b.attempt AND (
+    FROM batch b, atp_task held, atp_instance prior
+    WHERE i.id = b.pk AND held.instance_id = b.pk AND held.daemon_id IS NOT NULL
+        AND prior.id = b.pk AND i.attempt = b.attempt AND (
         (b.started_ago IS NOT NULL AND i.status = 'SCHEDULED'
          AND b.status IN ('RUNNING', 'FINISHED', 'FAILED'))
         OR (b.status = 'FINISHED' AND i.status IN ('PAUSED', 'RUNNING'))
         OR (b.status = 'FAILED' AND i.status IN ('PAUSED', 'RUNNING', 'SCHEDULED')))
     RETURNING i.id, i.type_id, i.attempt, i.status, i.started,
-        b.started_ago IS NOT NULL AND p.unstarted AS starts
+        b.started_ago IS NOT NULL AND prior.status = 'SCHEDULED' AS starts,
+        b.message, b.data, b.content_type, b.charset
 ), dequeued AS (
     DELETE FROM atp_task WHERE instance_id IN (SELECT id FROM ended WHERE status <> 'RUNNING')
 ), ended_logged AS (
@@ -297,13 +327,13 @@ WITH batch AS (
             '' AS message
         FROM ended e WHERE e.starts
         UNION ALL
-        SELECT e.id, 1, STATEMENT_TIMESTAMP(), e.status, e.attempt, b.message
-        FROM ended e JOIN batch b ON b.pk = e.id WHERE e.status <> 'RUNNING'
+        SELECT e.id, 1, STATEMENT_TIMESTAMP(), e.status, e.attempt, e.message
+        FROM ended e WHERE e.status <> 'RUNNING'
     ) AS entries ORDER BY id, step
 ), stored AS (
     INSERT INTO atp_response (instance_id, data, content_type, charset, size, stored)
-    SELECT e.id, b.data, b.content_type, b.charset, length(b.data), STATEMENT_TIMESTAMP()
-    FROM ended e JOIN batch b ON b.pk = e.id WHERE b.data IS NOT NULL AND e.status <> 'RUNNING'
+    SELECT e.id, e.data, e.content_type, e.charset, length(e.data), STATEMENT_TIMESTAMP()
+    FROM ended e WHERE e.data IS NOT NULL AND e.status <> 'RUNNING'
     ON CONFLICT (instance_id) DO UPDATE SET data = EXCLUDED.data,
         content_type = EXCLUDED.content_type, charset = EXCLUDED.charset,
         size = EXCLUDED.size, stored = EXCLUDED.stored
@@ -318,30 +348,24 @@ WITH batch AS (
         %(messages)s::text[], %(data)s::bytea[], %(content_types)s::text[], %(charsets)s::text[],
         %(started_agos)s::float8[])
     AS b(pk, attempt, status, message, data, content_type, charset, started_ago)
-), held AS (
-    SELECT instance_id, claimed FROM atp_task
-    WHERE instance_id = ANY(%(pks)s::bigint[]) AND daemon_id IS NOT NULL
-    ORDER BY instance_id FOR UPDATE
-), prior AS (
-    SELECT id, status = 'SCHEDULED' AS unstarted FROM atp_instance
-    WHERE id = ANY(%(pks)s::bigint[]) AND id IN (SELECT instance_id FROM held)
-    ORDER BY id FOR NO KEY UPDATE
 ), ended AS (
     UPDATE atp_instance i
     SET status = b.status, updated = STATEMENT_TIMESTAMP(),
-        started = CASE WHEN b.started_ago IS NOT NULL AND p.unstarted THEN GREATEST(
+        started = CASE WHEN b.started_ago IS NOT NULL AND prior.status = 'SCHEDULED' THEN GREATEST(
             held.claimed, STATEMENT_TIMESTAMP() - make_interval(secs => b.started_ago))
             ELSE i.started END,
         finished = CASE WHEN b.status = 'RUNNING' THEN i.finished
             ELSE STATEMENT_TIMESTAMP() END
-    FROM held, batch b, prior p
-    WHERE i.id = held.instance_id AND b.pk = i.id AND p.id = i.id AND i.attempt = b.attempt AND (
+    FROM batch b, atp_task held, atp_instance prior
+    WHERE i.id = b.pk AND held.instance_id = b.pk AND held.daemon_id IS NOT NULL
+        AND prior.id = b.pk AND i.attempt = b.attempt AND (
         (b.started_ago IS NOT NULL AND i.status = 'SCHEDULED'
          AND b.status IN ('RUNNING', 'FINISHED', 'FAILED'))
         OR (b.status = 'FINISHED' AND i.status IN ('PAUSED', 'RUNNING'))
         OR (b.status = 'FAILED' AND i.status IN ('PAUSED', 'RUNNING', 'SCHEDULED')))
     RETURNING i.id, i.type_id, i.attempt, i.status, i.started,
-        b.started_ago IS NOT NULL AND p.unstarted AS starts
+        b.started_ago IS NOT NULL AND prior.status = 'SCHEDULED' AS starts,
+        b.message, b.data, b.content_type, b.charset
 ), dequeued AS (
     DELETE FROM atp_task WHERE instance_id IN (SELECT id FROM ended WHERE status <> 'RUNNING')
 ), ended_logged AS (
@@ -351,13 +375,13 @@ WITH batch AS (
             '' AS message
         FROM ended e WHERE e.starts
         UNION ALL
-        SELECT e.id, 1, STATEMENT_TIMESTAMP(), e.status, e.attempt, b.message
-        FROM ended e JOIN batch b ON b.pk = e.id WHERE e.status <> 'RUNNING'
+        SELECT e.id, 1, STATEMENT_TIMESTAMP(), e.status, e.attempt, e.message
+        FROM ended e WHERE e.status <> 'RUNNING'
     ) AS entries ORDER BY id, step
 ), stored AS (
     INSERT INTO atp_response (instance_id, data, content_type, charset, size, stored)
-    SELECT e.id, b.data, b.content_type, b.charset, length(b.data), STATEMENT_TIMESTAMP()
-    FROM ended e JOIN batch b ON b.pk = e.id WHERE b.data IS NOT NULL AND e.status <> 'RUNNING'
+    SELECT e.id, e.data, e.content_type, e.charset, length(e.data), STATEMENT_TIMESTAMP()
+    FROM ended e WHERE e.data IS NOT NULL AND e.status <> 'RUNNING'
     ON CONFLICT (instance_id) DO UPDATE SET data = EXCLUDED.data,
         content_type = EXCLUDED.content_type, charset = EXCLUDED.charset,
         size = EXCLUDED.size, stored = EXCLUDED.stored
@@ -385,7 +409,8 @@ WITH batch AS (
     SET status = CASE WHEN ranked.starts THEN 'RUNNING' ELSE 'SCHEDULED' END,
         started = CASE WHEN ranked.starts THEN STATEMENT_TIMESTAMP() ELSE i.started END,
         attempt = i.attempt + 1, daemon_id = %(daemon)s, updated = STATEMENT_TIMESTAMP()
-    FROM ranked WHERE i.id = ranked.instance_id AND i.status IN ('ACCEPTED')
+    FROM ranked WHERE i.id = ranked.instance_id
+        AND CASE WHEN i.status IN ('ACCEPTED') THEN true ELSE false END
     RETURNING i.id, i.type_id, i.identifier, i.named, i.status, i.priority, i.tag, i.attempt,
         i.restarts, i.retries, i.batch_id, i.progress_done, i.progress_total,
         i.progress_message, i.daemon_id, i.created, i.updated, i.started, i.finished
@@ -393,7 +418,9 @@ WITH batch AS (
     UPDATE atp_task t SET daemon_id = %(daemon)s, claimed = STATEMENT_TIMESTAMP(),
         deadline = STATEMENT_TIMESTAMP() + ty.timeout
     FROM scheduled s, atp_type ty WHERE t.instance_id = s.id AND ty.id = t.type_id
-    RETURNING t.instance_id, t.priority, t.not_before, t.type_id
+    RETURNING t.not_before, s.id, s.type_id, s.identifier, s.named, s.status, s.priority, s.tag,
+        s.attempt, s.restarts, s.retries, s.batch_id, s.progress_done, s.progress_total,
+        s.progress_message, s.daemon_id, s.created, s.updated, s.started, s.finished
 ), logged AS (
     INSERT INTO atp_logrecord (instance_id, time, status, attempt, message, daemon, actor)
     SELECT id, STATEMENT_TIMESTAMP(), 'SCHEDULED', attempt, '', %(label)s, ''
@@ -403,9 +430,9 @@ WITH batch AS (
     FROM scheduled WHERE status = 'RUNNING'
 )
 SELECT meta.alive, meta.limited, meta.strays, meta.settled,
-    s.id, s.type_id, s.identifier, s.named, s.status, s.priority, s.tag, s.attempt,
-    s.restarts, s.retries, s.batch_id, s.progress_done, s.progress_total,
-    s.progress_message, s.daemon_id, s.created, s.updated, s.started, s.finished,
+    l.id, l.type_id, l.identifier, l.named, l.status, l.priority, l.tag, l.attempt,
+    l.restarts, l.retries, l.batch_id, l.progress_done, l.progress_total,
+    l.progress_message, l.daemon_id, l.created, l.updated, l.started, l.finished,
     ty.id, ty.identifier, ty.handler, ty.timeout, ty.max_restarts, ty.retention,
     ty.max_concurrency, ty.max_input_bytes, ty.max_response_bytes, ty.max_queued, ty.rate,
     ty.bucket_size, ty.tokens, ty.tokens_at, ty.dedup_window, ty.retry_limit, ty.age_limit,
@@ -418,13 +445,13 @@ FROM (
          WHERE instance_id NOT IN (SELECT id FROM scheduled)) AS strays,
         (SELECT array_agg(id) FROM ended) AS settled
 ) AS meta
-LEFT JOIN (scheduled s JOIN atp_type ty ON ty.id = s.type_id JOIN leased l ON l.instance_id = s.id
-           LEFT JOIN atp_inputs inp ON inp.instance_id = s.id AND %(inputs)s)
+LEFT JOIN (leased l JOIN atp_type ty ON ty.id = l.type_id
+           LEFT JOIN atp_inputs inp ON inp.instance_id = l.id AND %(inputs)s)
     ON true
-ORDER BY l.priority DESC, l.not_before, s.id;
+ORDER BY l.priority DESC, l.not_before, l.id;
 
 -- name: settle_and_claim_within_limits
--- settle, then claim_within_limits, in one statement, after lock_limited. Within
+-- settle, then claim_within_limits, in one statement, after lock_round. Within
 -- limits, the leases this statement ends count no more (``quota``): the count of a
 -- type's leases reads them as they were before the statement.
 WITH batch AS (
@@ -432,30 +459,24 @@ WITH batch AS (
         %(messages)s::text[], %(data)s::bytea[], %(content_types)s::text[], %(charsets)s::text[],
         %(started_agos)s::float8[])
     AS b(pk, attempt, status, message, data, content_type, charset, started_ago)
-), held AS (
-    SELECT instance_id, claimed FROM atp_task
-    WHERE instance_id = ANY(%(pks)s::bigint[]) AND daemon_id IS NOT NULL
-    ORDER BY instance_id FOR UPDATE
-), prior AS (
-    SELECT id, status = 'SCHEDULED' AS unstarted FROM atp_instance
-    WHERE id = ANY(%(pks)s::bigint[]) AND id IN (SELECT instance_id FROM held)
-    ORDER BY id FOR NO KEY UPDATE
 ), ended AS (
     UPDATE atp_instance i
     SET status = b.status, updated = STATEMENT_TIMESTAMP(),
-        started = CASE WHEN b.started_ago IS NOT NULL AND p.unstarted THEN GREATEST(
+        started = CASE WHEN b.started_ago IS NOT NULL AND prior.status = 'SCHEDULED' THEN GREATEST(
             held.claimed, STATEMENT_TIMESTAMP() - make_interval(secs => b.started_ago))
             ELSE i.started END,
         finished = CASE WHEN b.status = 'RUNNING' THEN i.finished
             ELSE STATEMENT_TIMESTAMP() END
-    FROM held, batch b, prior p
-    WHERE i.id = held.instance_id AND b.pk = i.id AND p.id = i.id AND i.attempt = b.attempt AND (
+    FROM batch b, atp_task held, atp_instance prior
+    WHERE i.id = b.pk AND held.instance_id = b.pk AND held.daemon_id IS NOT NULL
+        AND prior.id = b.pk AND i.attempt = b.attempt AND (
         (b.started_ago IS NOT NULL AND i.status = 'SCHEDULED'
          AND b.status IN ('RUNNING', 'FINISHED', 'FAILED'))
         OR (b.status = 'FINISHED' AND i.status IN ('PAUSED', 'RUNNING'))
         OR (b.status = 'FAILED' AND i.status IN ('PAUSED', 'RUNNING', 'SCHEDULED')))
     RETURNING i.id, i.type_id, i.attempt, i.status, i.started,
-        b.started_ago IS NOT NULL AND p.unstarted AS starts
+        b.started_ago IS NOT NULL AND prior.status = 'SCHEDULED' AS starts,
+        b.message, b.data, b.content_type, b.charset
 ), dequeued AS (
     DELETE FROM atp_task WHERE instance_id IN (SELECT id FROM ended WHERE status <> 'RUNNING')
 ), ended_logged AS (
@@ -465,13 +486,13 @@ WITH batch AS (
             '' AS message
         FROM ended e WHERE e.starts
         UNION ALL
-        SELECT e.id, 1, STATEMENT_TIMESTAMP(), e.status, e.attempt, b.message
-        FROM ended e JOIN batch b ON b.pk = e.id WHERE e.status <> 'RUNNING'
+        SELECT e.id, 1, STATEMENT_TIMESTAMP(), e.status, e.attempt, e.message
+        FROM ended e WHERE e.status <> 'RUNNING'
     ) AS entries ORDER BY id, step
 ), stored AS (
     INSERT INTO atp_response (instance_id, data, content_type, charset, size, stored)
-    SELECT e.id, b.data, b.content_type, b.charset, length(b.data), STATEMENT_TIMESTAMP()
-    FROM ended e JOIN batch b ON b.pk = e.id WHERE b.data IS NOT NULL AND e.status <> 'RUNNING'
+    SELECT e.id, e.data, e.content_type, e.charset, length(e.data), STATEMENT_TIMESTAMP()
+    FROM ended e WHERE e.data IS NOT NULL AND e.status <> 'RUNNING'
     ON CONFLICT (instance_id) DO UPDATE SET data = EXCLUDED.data,
         content_type = EXCLUDED.content_type, charset = EXCLUDED.charset,
         size = EXCLUDED.size, stored = EXCLUDED.stored
@@ -531,7 +552,8 @@ WITH batch AS (
     SET status = CASE WHEN ranked.starts THEN 'RUNNING' ELSE 'SCHEDULED' END,
         started = CASE WHEN ranked.starts THEN STATEMENT_TIMESTAMP() ELSE i.started END,
         attempt = i.attempt + 1, daemon_id = %(daemon)s, updated = STATEMENT_TIMESTAMP()
-    FROM ranked WHERE i.id = ranked.instance_id AND i.status IN ('ACCEPTED')
+    FROM ranked WHERE i.id = ranked.instance_id
+        AND CASE WHEN i.status IN ('ACCEPTED') THEN true ELSE false END
     RETURNING i.id, i.type_id, i.identifier, i.named, i.status, i.priority, i.tag, i.attempt,
         i.restarts, i.retries, i.batch_id, i.progress_done, i.progress_total,
         i.progress_message, i.daemon_id, i.created, i.updated, i.started, i.finished
@@ -539,7 +561,9 @@ WITH batch AS (
     UPDATE atp_task t SET daemon_id = %(daemon)s, claimed = STATEMENT_TIMESTAMP(),
         deadline = STATEMENT_TIMESTAMP() + ty.timeout
     FROM scheduled s, atp_type ty WHERE t.instance_id = s.id AND ty.id = t.type_id
-    RETURNING t.instance_id, t.priority, t.not_before, t.type_id
+    RETURNING t.not_before, s.id, s.type_id, s.identifier, s.named, s.status, s.priority, s.tag,
+        s.attempt, s.restarts, s.retries, s.batch_id, s.progress_done, s.progress_total,
+        s.progress_message, s.daemon_id, s.created, s.updated, s.started, s.finished
 ), logged AS (
     INSERT INTO atp_logrecord (instance_id, time, status, attempt, message, daemon, actor)
     SELECT id, STATEMENT_TIMESTAMP(), 'SCHEDULED', attempt, '', %(label)s, ''
@@ -555,9 +579,9 @@ WITH batch AS (
         AND EXISTS (SELECT 1 FROM leased l WHERE l.type_id = b.id)
 )
 SELECT meta.alive, meta.limited, meta.strays, meta.settled,
-    s.id, s.type_id, s.identifier, s.named, s.status, s.priority, s.tag, s.attempt,
-    s.restarts, s.retries, s.batch_id, s.progress_done, s.progress_total,
-    s.progress_message, s.daemon_id, s.created, s.updated, s.started, s.finished,
+    l.id, l.type_id, l.identifier, l.named, l.status, l.priority, l.tag, l.attempt,
+    l.restarts, l.retries, l.batch_id, l.progress_done, l.progress_total,
+    l.progress_message, l.daemon_id, l.created, l.updated, l.started, l.finished,
     ty.id, ty.identifier, ty.handler, ty.timeout, ty.max_restarts, ty.retention,
     ty.max_concurrency, ty.max_input_bytes, ty.max_response_bytes, ty.max_queued, ty.rate,
     ty.bucket_size, ty.tokens, ty.tokens_at, ty.dedup_window, ty.retry_limit, ty.age_limit,
@@ -570,10 +594,10 @@ FROM (
          WHERE instance_id NOT IN (SELECT id FROM scheduled)) AS strays,
         (SELECT array_agg(id) FROM ended) AS settled
 ) AS meta
-LEFT JOIN (scheduled s JOIN atp_type ty ON ty.id = s.type_id JOIN leased l ON l.instance_id = s.id
-           LEFT JOIN atp_inputs inp ON inp.instance_id = s.id AND %(inputs)s)
+LEFT JOIN (leased l JOIN atp_type ty ON ty.id = l.type_id
+           LEFT JOIN atp_inputs inp ON inp.instance_id = l.id AND %(inputs)s)
     ON true
-ORDER BY l.priority DESC, l.not_before, s.id;
+ORDER BY l.priority DESC, l.not_before, l.id;
 
 -- name: next_due
 -- The earliest time a waiting task of %(types)s becomes runnable within the next

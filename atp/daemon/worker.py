@@ -164,8 +164,20 @@ def _end_attempt_processes():
 
 
 def _has_children():
-    """Return whether this process has a child (a zombie counts), asking the kernel cheaply:
-    a byte of any of its threads' ``children`` files (a few microseconds a task)."""
+    """Return whether this process has a child (a zombie counts), asking the kernel
+    cheaply: one ``waitid`` that reaps nothing (about 1 µs; it sees the children of every
+    thread of the process, and the orphans it adopted as a subreaper), else a byte of
+    each of its threads' ``children`` files (16 µs a task with two threads)."""
+    try:
+        os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return False
+    except (AttributeError, OSError):  # no waitid here: read the children files
+        return _has_children_in_proc()
+    return True  # a child ended (left unreaped), or runs
+
+
+def _has_children_in_proc():
     try:
         for thread in os.listdir("/proc/self/task"):
             fd = os.open(f"/proc/self/task/{thread}/children", os.O_RDONLY)

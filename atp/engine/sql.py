@@ -3,6 +3,8 @@ the claim order, rows as the database stores them, and models built from the row
 statement returns."""
 
 from django.db import connections
+from django.db.models.base import ModelState
+from django.db.models.signals import post_init, pre_init
 
 from atp.engine.base import database
 from atp.engine.contract import Engine
@@ -48,14 +50,47 @@ def _converters_of(model, connection):
 
 def build(model, values):
     """Return a ``model`` instance from a row of its columns, in field order, converted
-    as the ORM converts what it reads (SQLite's text dates, integer booleans...)."""
+    as the ORM converts what it reads (SQLite's text dates, integer booleans...).
+
+    The object is the one ``Model.from_db`` makes. While nothing listens to
+    ``pre_init`` or ``post_init`` it is made as unpickling makes one (its attributes set
+    at once, not one by one through ``Model.__init__``): a claim builds a task per row,
+    and ``__init__`` was a tenth of the supervisor's time in a drain."""
     connection = connections[database()]
     values = list(values)
     for index, column, converters in _converters_of(model, connection):
         for converter in converters:
             values[index] = converter(values[index], column, connection)
-    names = [field.attname for field in model._meta.concrete_fields]
-    return model.from_db(connection.alias, names, values)
+    return from_values(model, connection.alias, values)
+
+
+def from_values(model, alias, values):
+    """Return the ``model`` instance ``Model.from_db`` makes from ``values`` (its fields'
+    Python values, in field order) read from database ``alias``."""
+    names = _attnames_of(model)
+    if pre_init.receivers or post_init.receivers:
+        return model.from_db(alias, names, values)
+    new = model.__new__(model)
+    state = new._state = ModelState()
+    state.adding, state.db = False, alias
+    new.__dict__.update(zip(names, values, strict=True))
+    return new
+
+
+def values_of(obj):
+    """Return the values of ``obj``'s fields, in field order (``from_values`` reads them)."""
+    fields = obj.__dict__
+    return tuple(fields[name] if name in fields else getattr(obj, name)  # deferred: read it
+                 for name in _attnames_of(type(obj)))
+
+
+_attnames = {}
+
+
+def _attnames_of(model):
+    if model not in _attnames:
+        _attnames[model] = [field.attname for field in model._meta.concrete_fields]
+    return _attnames[model]
 
 
 def check_start(start):

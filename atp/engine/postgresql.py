@@ -16,6 +16,7 @@ with what explains them; this module binds their parameters and reads their rows
 import datetime
 import sys
 
+from django.conf import settings
 from django.db import connections, transaction
 
 from atp.conf import conf
@@ -63,13 +64,31 @@ def statement_cursor(connection):
     not planned again. Django's own queries keep their client-side binding."""
     cursor_class = _preparing_cursor_class() if conf.PREPARED_STATEMENTS else None
     if cursor_class is None:
-        return connection.cursor()
-    connection.ensure_connection()
-    raw = connection.connection
-    if raw.prepare_threshold is None:
-        raw.prepare_threshold = ONLY_WHEN_ASKED
-    with connection.wrap_database_errors:
-        return connection._prepare_cursor(cursor_class(raw))
+        cursor = connection.cursor()
+    else:
+        connection.ensure_connection()
+        raw = connection.connection
+        if raw.prepare_threshold is None:
+            raw.prepare_threshold = ONLY_WHEN_ASKED
+        with connection.wrap_database_errors:
+            cursor = connection._prepare_cursor(cursor_class(raw))
+    _load_times_in_c(connection, cursor)
+    return cursor
+
+
+def _load_times_in_c(connection, cursor):
+    """Have ``cursor`` read ``timestamptz`` values with psycopg's own loader (in C) when
+    it reads them as Django does: Django's loader parses them in Python to set the time
+    zone it reads them in (3.4 µs a value against 0.2 here, four or more of them a task
+    claimed). In UTC, with time zone support, both give the same aware datetimes."""
+    adapters = getattr(cursor.cursor, "adapters", None)  # psycopg 3
+    if adapters is None or not (settings.USE_TZ and connection.timezone_name == "UTC"):
+        return
+    from psycopg import adapters as psycopg_adapters
+    from psycopg import postgres, pq
+
+    oid = postgres.types["timestamptz"].oid
+    adapters.register_loader(oid, psycopg_adapters.get_loader(oid, pq.Format.TEXT))
 
 
 def _preparing_cursor_class():
@@ -181,14 +200,13 @@ def _claim(sql, params, daemon, inputs, within_limits=False):
         raise DaemonStopped(f"daemon {daemon} was declared stopped; it claims nothing")
     if limited:
         return settled, None
-    instances, types = [], {}
+    rows = [row[4:] for row in rows if row[4] is not None]
+    # One object per type of the claim, from the one row of each that carries it.
+    types = {row[INSTANCE_WIDTH]: build(Type, row[INSTANCE_WIDTH:INSTANCE_WIDTH + TYPE_WIDTH])
+             for row in rows if row[INSTANCE_WIDTH] is not None}
+    instances = []
     for row in rows:
-        if row[4] is None:
-            continue
-        row = row[4:]
         instance = build(Instance, row[:INSTANCE_WIDTH])
-        if instance.type_id not in types:  # one object per type of the claim
-            types[instance.type_id] = build(Type, row[INSTANCE_WIDTH:INSTANCE_WIDTH + TYPE_WIDTH])
         instance.type = types[instance.type_id]
         if inputs:
             instance.inputs = build(Inputs, row[INSTANCE_WIDTH + TYPE_WIDTH:])

@@ -40,6 +40,30 @@ def test_tasks_are_claimed_by_priority_then_by_how_long_they_waited(noop_type, d
     assert order == [high.pk, old_eta.pk, low.pk, later_low.pk, lowest.pk]
 
 
+def test_each_task_claimed_comes_with_its_own_type_and_inputs(noop_type, daemon):
+    other = atp.register_task_type("tests.other", "tests.handlers.noop", timeout=7)
+    queued = [atp.enqueue("tests.noop" if n % 3 else "tests.other", {"n": n}, priority=n % 2)
+              for n in range(9)]
+    claimed = engine.claim_for_daemon(daemon, 9, [noop_type.pk, other.pk])
+    assert sorted(task.pk for task in claimed) == sorted(task.pk for task in queued)
+    by_pk = {task.pk: task for task in queued}
+    for task in claimed:
+        assert task.type == by_pk[task.pk].type and task.type_id == task.type.pk
+        assert task.type.timeout == by_pk[task.pk].type.timeout
+        assert task.inputs.load() == by_pk[task.pk].inputs.load()
+    # One object per type of the claim.
+    assert len({id(task.type) for task in claimed}) == 2
+    # Its times as the ORM reads them: the same instants, in the same time zone.
+    for task in claimed:
+        stored = Instance.objects.select_related("type").get(pk=task.pk)
+        for obj, read in ((task, stored), (task.type, stored.type)):
+            for field in type(obj)._meta.concrete_fields:
+                value = getattr(obj, field.attname)
+                assert value == getattr(read, field.attname), field
+                if isinstance(value, datetime.datetime):
+                    assert value.tzinfo == getattr(read, field.attname).tzinfo, field
+
+
 def test_a_task_is_not_claimed_before_its_eta(noop_type, daemon):
     atp.enqueue("tests.noop", eta=timezone.now() + datetime.timedelta(minutes=5))
     atp.enqueue("tests.noop", countdown=300)

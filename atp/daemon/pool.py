@@ -18,6 +18,7 @@ from collections import deque
 
 import psutil
 
+from atp.daemon import handoff
 from atp.daemon.worker import EXIT_REASONS, worker_main
 
 logger = logging.getLogger(__name__)
@@ -89,10 +90,10 @@ class Worker:
     def assign(self, given):
         """Give the worker tasks to run, in order, after the ones it has: ``given`` holds
         ``(assignment, task)`` pairs, each task loaded with its type and inputs. One
-        message for all (their types pickled once)."""
+        message for all, as plain values (``atp.daemon.handoff``: their types once)."""
         self.queue.extend(assignment for assignment, _ in given)
         self.inflight += sum(assignment.size for assignment, _ in given)
-        self.channel.send(("run", [
+        self.channel.send(handoff.pack([
             (task, assignment.attempt, assignment.handler, str(assignment.daemon))
             for assignment, task in given
         ]))

@@ -23,7 +23,7 @@ import time
 
 import psutil
 
-from atp.daemon import suspension
+from atp.daemon import handoff, suspension
 from atp.daemon.execution import execute
 from atp.daemon.lease import clock
 from atp.daemon.outage import close_connections
@@ -44,8 +44,8 @@ _running = threading.Event()
 
 
 def worker_main(channel, lease_deadline, dropping, parent_pid, inherited_fds):
-    """Run in the forked child: serve ``("run", [(task, attempt, handler, daemon), ...])``
-    until ``("stop",)``, task after task, answering each with ``("done", pk, attempt,
+    """Run in the forked child: serve ``("run", ...)`` (``atp.daemon.handoff``: tasks with
+    their attempt, handler and daemon) until ``("stop",)``, task after task, answering each with ``("done", pk, attempt,
     outcome, at)`` (``at``: this host's monotonic clock when it ended, when the next one
     starts), or, once ``dropping`` is set (the daemon stops), with ``("dropped", pk,
     attempt)`` without running it.
@@ -78,7 +78,7 @@ def worker_main(channel, lease_deadline, dropping, parent_pid, inherited_fds):
             _end_group(EXIT_PARENT_GONE)
         if message[0] == "stop":
             break
-        for task, attempt, handler, daemon in message[1]:
+        for task, attempt, handler, daemon in handoff.unpack(message):
             try:
                 channel.send(_run(task, attempt, handler, daemon, dropping, lease_deadline))
             except OSError:  # the supervisor is gone: so is this worker, and its group

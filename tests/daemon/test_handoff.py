@@ -1,0 +1,44 @@
+"""The tasks a supervisor hands a worker go down the pipe as plain values
+(``atp.daemon.handoff``) and come out as the objects the claim returned."""
+
+import pickle
+
+import pytest
+
+import atp
+from atp import engine
+from atp.daemon import handoff
+from atp.models import Instance
+
+pytestmark = pytest.mark.django_db
+
+
+def _fields(obj):
+    return {key: value for key, value in vars(obj).items() if key != "_state"}
+
+
+def test_claimed_tasks_come_out_of_the_pipe_as_they_went_in(noop_type, daemon):
+    other = atp.register_task_type("tests.other", "tests.handlers.noop", timeout=9)
+    for n in range(6):
+        atp.enqueue("tests.noop" if n % 2 else "tests.other", {"n": n}, tag=f"t{n}")
+    claimed = engine.claim_for_daemon(daemon, 6, [noop_type.pk, other.pk])
+    sent = [(task, task.attempt, task.type.handler, str(daemon)) for task in claimed]
+
+    received = handoff.unpack(pickle.loads(pickle.dumps(handoff.pack(sent))))
+
+    assert [(attempt, handler, label) for _, attempt, handler, label in received] == [
+        (attempt, handler, label) for _, attempt, handler, label in sent]
+    for (task, *_), (original, *_) in zip(received, sent, strict=True):
+        assert type(task) is Instance and _fields(task) == _fields(original)
+        assert (task._state.adding, task._state.db) == (False, original._state.db)
+        assert _fields(task.type) == _fields(original.type)
+        assert task.inputs.load() == original.inputs.load() and task.inputs.instance is task
+    # A type goes once, and comes out as one object for its tasks.
+    assert len({id(task.type) for task, *_ in received}) == 2
+
+
+def test_a_task_handed_over_without_its_inputs_reads_them_when_asked(noop_type, daemon):
+    queued = atp.enqueue("tests.noop", {"n": 7})
+    task = Instance.objects.select_related("type").get(pk=queued.pk)
+    [(received, *_)] = handoff.unpack(handoff.pack([(task, 0, "h", "d")]))
+    assert received.inputs.load() == {"n": 7}  # read from the database

@@ -30,8 +30,8 @@ ROUNDS_AHEAD = 1.5
 #: what the pipe holds (about 200 KiB on Linux), so that handing tasks out never blocks
 #: the supervisor on a worker busy running one.
 PIPE_BUDGET = 96 * 1024
-#: What a task weighs in the pipe besides its inputs (its row; its type's is sent once a
-#: message): about 700 bytes pickled, rounded up.
+#: What a task weighs in the pipe besides its inputs (its row's values, ``atp.daemon.handoff``;
+#: its type's are sent once a message): about 150 bytes pickled, counted generously.
 TASK_OVERHEAD = 1024
 
 

@@ -5,8 +5,8 @@ they take 3 to 6 statements each, and the daemon's time goes to round trips and 
 compilation. On PostgreSQL each is a single statement of data-modifying common table
 expressions, run in the same queue transaction, with the same guards, the same history
 and the same locking order (queue row before task row) as the portable engine
-(``orm``) and the operators' verbs. So is a single enqueue, sent with its NOTIFY in one
-round trip. ``PostgreSQLEngine`` implements the contract (``atp.engine.contract``); the
+(``orm``) and the operators' verbs. So is a single enqueue, which wakes the daemons
+itself (``pg_notify``). ``PostgreSQLEngine`` implements the contract (``atp.engine.contract``); the
 test suite runs on it and on the ``orm`` engine, held to the same behaviour.
 
 The statements are in ``atp/engine/statements/postgresql.sql``, each named and whole,
@@ -324,24 +324,20 @@ def enqueue_parameters(task_type, instance, not_before, size):
 
 
 def enqueue(task_type, instance, data, not_before, size, notify):
-    """Write one task (its instance, queue row, inputs and first history entry) in one
-    statement, and NOTIFY in the same round trip; return the task's key and creation
-    time, or None when ``task_type`` changed since it was read (read it again then).
+    """Write one task (its instance, queue row, inputs and first history entry), and with
+    ``notify`` wake the idle daemons at its commit, in one statement, prepared like the
+    daemons' (``statement_cursor``); return the task's key and creation time, or None when
+    ``task_type`` changed since it was read (read it again then).
 
     ``instance`` is the unsaved ``Instance``; ``not_before`` a delay (timedelta, from
     the statement's time) or a datetime. Raise ``IntegrityError`` for a live duplicate.
     """
-    params = {**enqueue_parameters(task_type, instance, not_before, size), "data": data}
-    with connections[database()].cursor() as cursor:
-        if notify and _binds_on_the_client(cursor):
-            cursor.execute(f"{SQL['enqueue']}; {SQL['notify']}", params)
-            row = cursor.fetchone()
-        else:
-            cursor.execute(SQL["enqueue"], params)
-            row = cursor.fetchone()
-            if notify and row is not None:
-                cursor.execute(SQL["notify"])
-    return row
+    params = {**enqueue_parameters(task_type, instance, not_before, size), "data": data,
+              "notify": bool(notify)}
+    with statement_cursor(connections[database()]) as cursor:
+        cursor.execute(SQL["enqueue"], params)
+        row = cursor.fetchone()
+    return None if row is None else row[:2]
 
 
 def enqueue_many(task_type, identifiers, data, priority, not_before, notify, tag=None,

@@ -1,5 +1,7 @@
 """A single enqueue on PostgreSQL is one round trip: one statement of data-modifying
-CTEs and its NOTIFY, sent together, checked against the task type as it was read."""
+CTEs that also wakes the daemons (pg_notify), checked against the task type as it was read."""
+
+import contextlib
 
 import pytest
 from django.db import connection, transaction
@@ -7,6 +9,7 @@ from django.test.utils import CaptureQueriesContext
 
 import atp
 from atp.engine.engines import engine
+from atp.engine.notify import QUEUE_CHANNEL
 from atp.engine.types import update_task_type
 from atp.exceptions import InputsTooLarge, TaskAlreadyExists, TaskTypeNotFound
 from atp.models import Inputs, Instance, LogRecord, Task, Type
@@ -21,6 +24,21 @@ def _postgresql_engine():
         pytest.skip("the PostgreSQL engine's enqueue")
 
 
+@contextlib.contextmanager
+def _listening():
+    """Yield the list of the channels notified while the block ran (filled at its end)."""
+    import psycopg
+
+    settings = connection.settings_dict
+    heard = []
+    with psycopg.connect(host=settings["HOST"] or None, port=settings["PORT"] or None,
+                         user=settings["USER"], password=settings["PASSWORD"] or None,
+                         dbname=settings["NAME"], autocommit=True) as listener:
+        listener.execute(f"LISTEN {QUEUE_CHANNEL}")
+        yield heard
+        heard.extend(note.channel for note in listener.notifies(timeout=2, stop_after=1))
+
+
 def _counts():
     return [model.objects.count() for model in (Instance, Task, Inputs, LogRecord)]
 
@@ -29,10 +47,10 @@ def test_a_single_enqueue_is_one_round_trip_that_writes_everything(postgres_only
     # A name without a de-duplication window (with one, see test_named_tasks.py).
     update_task_type("tests.noop", dedup_window=None)
     atp.enqueue("tests.noop")  # reads the type once
-    with CaptureQueriesContext(connection) as queries:
+    with _listening() as heard, CaptureQueriesContext(connection) as queries:
         instance = atp.enqueue("tests.noop", {"n": 1}, identifier="job-1", priority=4)
-    assert len(queries) == 1, [query["sql"][:80] for query in queries]
-    assert "NOTIFY" in queries[0]["sql"]
+    assert len(queries) == 1, [(query["sql"] or "")[:80] for query in queries]
+    assert heard == [QUEUE_CHANNEL]  # the same statement woke the daemons, at its commit
 
     stored = Instance.objects.get(pk=instance.pk)
     assert (stored.identifier, stored.priority, stored.status) == ("job-1", 4, Status.ACCEPTED)

@@ -697,7 +697,9 @@ SELECT attempt FROM finished;
 -- its type is as the enqueue read it (``kind``: same identifier, format and kind, pull or
 -- not, a limit the inputs fit in, no max_queued, and for a task named by its caller no
 -- dedup_window; those take the portable form, atp.engine.enqueue.insert_tasks); returns
--- the task's key and creation time, or no row (read the type again). The instance's
+-- the task's key and creation time (and, when %(notify)s, wakes the idle daemons as
+-- notify does, at its commit: in the same statement, so that it can be prepared, not
+-- parsed and planned at each enqueue), or no row (read the type again). The instance's
 -- values are those of the unsaved Instance (its columns by name). The queue row is
 -- runnable at %(not_before)s, or %(delay)s after its creation (the other is NULL). A live
 -- duplicate raises IntegrityError.
@@ -730,7 +732,7 @@ WITH kind AS (
     INSERT INTO atp_logrecord (instance_id, time, status, attempt, message, daemon, actor)
     SELECT new.id, new.created, 'ACCEPTED', 0, 'enqueued', '', '' FROM new
 )
-SELECT id, created FROM new;
+SELECT id, created, CASE WHEN %(notify)s THEN pg_notify('atp_queue', '') END FROM new;
 
 -- name: enqueue_many
 -- Many tasks of one type (see enqueue), one per item of %(identifiers)s and %(data)s:
@@ -775,6 +777,5 @@ SELECT id, identifier, CASE WHEN row_number() OVER () = 1 THEN created END FROM 
 
 -- name: notify
 -- Wakes the idle daemons (they LISTEN on atp.engine.notify.QUEUE_CHANNEL) when the
--- transaction commits; sent in the same round trip as an enqueue where the cursor binds
--- on the client.
+-- transaction commits; after a bulk enqueue (a single one calls pg_notify itself).
 NOTIFY atp_queue;

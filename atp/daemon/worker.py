@@ -45,10 +45,10 @@ _running = threading.Event()
 
 def worker_main(channel, lease_deadline, dropping, parent_pid, inherited_fds):
     """Run in the forked child: serve ``("run", ...)`` (``atp.daemon.handoff``: tasks with
-    their attempt, handler and daemon) until ``("stop",)``, task after task, answering each with ``("done", pk, attempt,
-    outcome, at)`` (``at``: this host's monotonic clock when it ended, when the next one
-    starts), or, once ``dropping`` is set (the daemon stops), with ``("dropped", pk,
-    attempt)`` without running it.
+    their attempt, handler and daemon) until ``("stop",)``, task after task, answering
+    each with ``("done", pk, attempt, outcome, at)`` (``at``: this host's monotonic clock
+    when it ended, when the next one starts), or, once ``dropping`` is set (the daemon
+    stops), with ``("dropped", pk, attempt)`` without running it.
 
     ``task`` is the ``Instance`` with its type and inputs: the worker writes nothing of
     its state, its supervisor does.

@@ -6,8 +6,9 @@ compilation. On PostgreSQL each is a single statement of data-modifying common t
 expressions, run in the same queue transaction, with the same guards, the same history
 and the same locking order (queue row before task row) as the portable engine
 (``orm``) and the operators' verbs. So is a single enqueue, which wakes the daemons
-itself (``pg_notify``). ``PostgreSQLEngine`` implements the contract (``atp.engine.contract``); the
-test suite runs on it and on the ``orm`` engine, held to the same behaviour.
+itself (``pg_notify``). ``PostgreSQLEngine`` implements the contract
+(``atp.engine.contract``); the test suite runs on it and on the ``orm`` engine, held to
+the same behaviour.
 
 The statements are in ``atp/engine/statements/postgresql.sql``, each named and whole,
 with what explains them; this module binds their parameters and reads their rows.

@@ -192,3 +192,32 @@ def test_the_time_out_clock_starts_at_the_claim(db, daemon):
     assert lease.deadline - lease.claimed == datetime.timedelta(seconds=90)
     engine.start(claimed, attempt=1)
     assert Task.objects.get(pk=claimed.pk).deadline == lease.deadline
+
+
+@pytest.mark.django_db(transaction=True)
+def test_times_are_read_in_c_only_where_they_come_out_as_djangos(postgres_only, noop_type, daemon):
+    """psycopg's loader gives ``datetime.timezone.utc``: where Django reads times in
+    another tzinfo (a database ``TIME_ZONE`` of "UTC" is ``ZoneInfo("UTC")``), it keeps
+    Django's loader, and a claimed task's times carry Django's tzinfo."""
+    from django.db import connections
+    from django.utils.functional import cached_property
+
+    wrapper = connections["default"]
+    cached = [name for kind in type(wrapper).__mro__ for name, value in vars(kind).items()
+              if isinstance(value, cached_property)]
+
+    def forget():  # what the connection derived from its settings, and the connection
+        for name in cached:
+            wrapper.__dict__.pop(name, None)
+        wrapper.close()
+
+    atp.enqueue("tests.noop")
+    saved = wrapper.settings_dict.get("TIME_ZONE")
+    wrapper.settings_dict["TIME_ZONE"] = "UTC"
+    forget()
+    try:
+        [claimed] = engine.claim_for_daemon(daemon, 1, [noop_type.pk])
+        assert claimed.updated.tzinfo == wrapper.timezone != datetime.UTC
+    finally:
+        wrapper.settings_dict["TIME_ZONE"] = saved
+        forget()

@@ -18,9 +18,9 @@ from django.db.models.functions import Now
 from atp import processes
 from atp.engine.base import load_on_access, pk_of, queue_write
 from atp.engine.lifecycle import hand_back, release, restart
-from atp.engine.locks import lock_task
+from atp.engine.locks import for_update, lock_task
 from atp.exceptions import TaskNotFound
-from atp.models import Daemon, Instance, Task
+from atp.models import Daemon, Instance, Task, Type
 from atp.states import IN_FLIGHT
 
 
@@ -42,8 +42,14 @@ def register_daemon(*, workers=0, types=()):
 
 @queue_write
 def serve_types(daemon, type_ids):
-    """Record that ``daemon`` runs the types ``type_ids`` (and no other) from now on."""
-    Daemon.objects.get(pk=pk_of(daemon)).serves.set(list(type_ids))
+    """Record that ``daemon`` runs the types ``type_ids`` (and no other) from now on.
+
+    A type unregistered since the daemon read them is left out: its rows are locked
+    before they are referred to, so a deletion either lands first (and the type is not
+    found) or waits for this to commit (and takes the daemon's reference with it).
+    """
+    still_there = for_update(Type.objects.filter(pk__in=list(type_ids)).order_by("pk"))
+    Daemon.objects.get(pk=pk_of(daemon)).serves.set(list(still_there.values_list("pk", flat=True)))
 
 
 @queue_write

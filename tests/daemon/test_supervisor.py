@@ -119,9 +119,10 @@ def test_a_served_type_unregistered_mid_run_does_not_stop_the_daemon(start_daemo
     daemon = start_daemon("--types", "tests.echo", "--poll-interval", 0.1)
     wait_until(lambda: Daemon.objects.filter(pid=daemon.pid).exists(), timeout=30,
                message="daemon registered")
+    # Possibly before the daemon has recorded what it serves (engine/test_daemons.py).
     atp.unregister_task_type("tests.echo")
     wait_until(lambda: "does not run type tests.echo: no task type of that name is registered"
-               in daemon.output(), timeout=30, message="error logged")
+               in daemon.output(), timeout=30, message="error logged", output=daemon.output)
     assert daemon.process.poll() is None
     atp.register_task_type("tests.echo", "tests.handlers.echo")
     task = atp.enqueue("tests.echo")

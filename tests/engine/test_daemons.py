@@ -115,3 +115,18 @@ def test_the_states_of_tasks_are_read_by_key_and_a_deleted_one_is_left_out(
     assert task_states([kept.pk, deleted.pk]) == {kept.pk: (Status.ACCEPTED, 0)}
     with django_assert_num_queries(0):
         assert task_states([]) == {}
+
+
+def test_a_type_deleted_after_the_catalog_was_read_is_left_out_of_what_a_daemon_serves(db):
+    # The daemon reads the types, one is unregistered, then it records what it
+    # serves: that must record the others, not stop the daemon on the missing key.
+    import atp
+    from atp.models import Type
+
+    kept = atp.register_task_type("tests.kept", "tests.handlers.echo")
+    gone = atp.register_task_type("tests.gone", "tests.handlers.echo")
+    daemon = engine.register_daemon()
+    atp.unregister_task_type("tests.gone")
+    engine.serve_types(daemon, [kept.pk, gone.pk])
+    assert list(Daemon.objects.get(pk=daemon.pk).serves.values_list("pk", flat=True)) == [kept.pk]
+    assert not Type.objects.filter(pk=gone.pk).exists()

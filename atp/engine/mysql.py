@@ -37,7 +37,15 @@ from atp.engine.batches import current_batch_id
 from atp.engine.enqueue import INPUTS_BYTES_PER_INSERT
 from atp.engine.notify import notify_runnable
 from atp.engine.records import response_limit
-from atp.engine.sql import StatementsEngine, build, check_start, enqueue_one, row_values
+from atp.engine.sql import (
+    StatementsEngine,
+    build,
+    builder,
+    by_key,
+    check_start,
+    enqueue_one,
+    row_values,
+)
 from atp.engine.transitions import refusal
 from atp.exceptions import DaemonStopped
 from atp.models import Inputs, Instance, Task, Type
@@ -92,12 +100,12 @@ def _types(cursor, type_ids):
     """Return ``{id: Type}`` of the unpaused, non-pull types among ``type_ids``, those with a
     limit read again under their rows' locks (in key order)."""
     cursor.execute(SQL["claimable_types"], [_listed(type_ids)])
-    types = {row[0]: build(Type, row) for row in cursor.fetchall()}
+    types = by_key(builder(Type), cursor.fetchall())
     limited = sorted(pk for pk, kind in types.items()
                      if kind.max_concurrency is not None or kind.rate is not None)
     if limited:
         cursor.execute(SQL["lock_limited"], [_listed(limited)])
-        locked = {row[0]: build(Type, row) for row in cursor.fetchall()}
+        locked = by_key(builder(Type), cursor.fetchall())
         for pk in limited:  # paused or made a pull type meanwhile: not this round
             if pk in locked:
                 types[pk] = locked[pk]
@@ -161,7 +169,7 @@ def claim(daemon, limit, type_ids, start=0, inputs=False, *, now=None):
             return [], []
         keys = [pk for pk, _ in picked]
         cursor.execute(SQL["lock_instances"], [_listed(sorted(keys))])
-        found = {row[0]: build(Instance, row) for row in cursor.fetchall()}
+        found = by_key(builder(Instance), cursor.fetchall())
         claimed = [found[pk] for pk in keys if pk in found and found[pk].status in CLAIMABLE]
         strays = [pk for pk in keys if pk not in found or found[pk].status not in CLAIMABLE]
         if not claimed:

@@ -27,6 +27,7 @@ from atp.engine.records import response_limit
 from atp.engine.sql import (
     StatementsEngine,
     build,
+    builder,
     check_start,
     stored_fields,
     width,
@@ -205,14 +206,15 @@ def _claim(sql, params, daemon, inputs, within_limits=False):
         return settled, None
     rows = [row[4:] for row in rows if row[4] is not None]
     # One object per type of the claim, from the one row of each that carries it.
-    types = {row[INSTANCE_WIDTH]: build(Type, row[INSTANCE_WIDTH:INSTANCE_WIDTH + TYPE_WIDTH])
+    build_type, build_instance, build_inputs = builder(Type), builder(Instance), builder(Inputs)
+    types = {row[INSTANCE_WIDTH]: build_type(row[INSTANCE_WIDTH:INSTANCE_WIDTH + TYPE_WIDTH])
              for row in rows if row[INSTANCE_WIDTH] is not None}
     instances = []
     for row in rows:
-        instance = build(Instance, row[:INSTANCE_WIDTH])
+        instance = build_instance(row[:INSTANCE_WIDTH])
         instance.type = types[instance.type_id]
         if inputs:
-            instance.inputs = build(Inputs, row[INSTANCE_WIDTH + TYPE_WIDTH:])
+            instance.inputs = build_inputs(row[INSTANCE_WIDTH + TYPE_WIDTH:])
         instances.append(instance)
     return settled, (instances, strays or [])
 

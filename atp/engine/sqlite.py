@@ -36,6 +36,8 @@ from atp.engine.records import response_limit
 from atp.engine.sql import (
     StatementsEngine,
     build,
+    builder,
+    by_key,
     check_start,
     enqueue_one,
     row_values,
@@ -99,7 +101,7 @@ def claim(daemon, limit, type_ids, start=0, inputs=False):
         if not type_ids:
             return [], []
         cursor.execute(SQL["claimable_types"], [_listed(type_ids)])
-        types = {row[0]: build(Type, row) for row in cursor.fetchall()}
+        types = by_key(builder(Type), cursor.fetchall())
         if not types:
             return [], []
         buckets = {pk: tokens_now(kind.rate, kind.bucket_size, kind.tokens, kind.tokens_at, moment)
@@ -113,7 +115,7 @@ def claim(daemon, limit, type_ids, start=0, inputs=False):
             return [], []
         cursor.execute(SQL["schedule"], {"daemon": daemon.pk, "now": now,
                                          "starting": _listed(keys[:start]), "keys": _listed(keys)})
-        instances = {row[0]: build(Instance, row) for row in cursor.fetchall()}
+        instances = by_key(builder(Instance), cursor.fetchall())
         claimed = []
         for pk in keys:  # in claim order
             instance = instances.get(pk)

@@ -1,6 +1,8 @@
 """The daemon's batched verbs: a claim that starts what it takes, and ``settle``, which
 writes the ends of many attempts together, each guarded and fenced on its own."""
 
+import dataclasses
+
 import pytest
 from django.test import override_settings
 
@@ -237,6 +239,13 @@ def test_an_outcome_checks_its_response_where_it_is_made():
         Outcome(1, 1, Status.RUNNING, started_ago=-1)
     handed_back = Outcome.handed_back(1, 1, "not ours")
     assert handed_back.since_start(2.0) is handed_back  # it never ran: no start to write
+    failed = Outcome.failed(1, 1, "boom", may_retry=True, countdown=3.0)
+    dated = failed.since_start(2.5)
+    assert dated == dataclasses.replace(failed, started_ago=2.5) and dated is not failed
+    assert failed.started_ago is None and hash(dated) == hash(dataclasses.replace(dated))
+    assert failed.since_start(-1.0).started_ago == 0.0  # a clock read after the end
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        dated.started_ago = 1.0
 
 
 @pytest.mark.parametrize("limited, known", [(False, False), (True, False), (True, True)],

@@ -306,7 +306,8 @@ def settle_parameters(daemon, outcomes):
         "data": [data for data, _, _ in responses],
         "content_types": [content_type for _, content_type, _ in responses],
         "charsets": [charset for _, _, charset in responses],
-        "started_agos": [outcome.started_ago for outcome in outcomes],
+        "started_agos": [None if outcome.started_ago is None else float(outcome.started_ago)
+                         for outcome in outcomes],
         # The daemon's row, locked first (lock_round) when ``daemon`` is one, not a label.
         "daemon": getattr(daemon, "pk", None), "label": daemon_label(daemon),
     }

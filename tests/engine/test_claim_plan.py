@@ -19,6 +19,7 @@ from atp.engine import postgresql
 from atp.engine.orm import runnable_keys_statement
 from atp.models import Type
 from tests.bulk import unchecked_references
+from tests.engine.test_statements import numbered
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 
@@ -211,25 +212,17 @@ def kept_plan(sql, params):
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT name, parameter_types::text[] FROM pg_prepared_statements "
-            "WHERE statement = %s", [_numbered(sql)])
+            "WHERE statement = %s", [numbered(sql)])
         row = cursor.fetchone()
         assert row is not None, "the daemon's statement is not prepared"
         name, types = row
-        order = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", sql)))
+        order = list(dict.fromkeys(re.findall(r"%\((\w+)\)[sb]", sql)))
         cursor.execute(postgresql.SQL["bound_claim_plan"])
         arguments = ", ".join(f"%s::{kind}" for kind in types)
         cursor.execute(f"EXPLAIN (FORMAT JSON) EXECUTE {name}({arguments})",
                        [params[key] for key in order])
         plan = cursor.fetchone()[0]
     return plan if isinstance(plan, list) else json.loads(plan)
-
-
-def _numbered(sql):
-    """Return ``sql`` with its ``%(name)s`` placeholders numbered as psycopg sends them."""
-    numbers = {}
-    return re.sub(r"%\((\w+)\)s",
-                  lambda match: f"${numbers.setdefault(match[1], len(numbers) + 1)}",
-                  sql).replace("%%", "%")
 
 
 #: The indexes the daemon's round may read its tables by: a task's own key, the

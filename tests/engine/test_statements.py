@@ -101,9 +101,10 @@ def steps(sql):
 
 
 def numbered(sql):
-    """Return ``sql`` with its ``%(name)s`` placeholders numbered as psycopg sends them."""
+    """Return ``sql`` with its ``%(name)s`` (and binary ``%(name)b``) placeholders numbered
+    as psycopg sends them."""
     numbers = {}
-    return re.sub(r"%\((\w+)\)s", lambda match: f"${numbers.setdefault(match[1], len(numbers) + 1)}",
+    return re.sub(r"%\((\w+)\)[sb]", lambda match: f"${numbers.setdefault(match[1], len(numbers) + 1)}",
                   sql).replace("%%", "%")
 
 

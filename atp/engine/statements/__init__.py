@@ -6,7 +6,8 @@ statement that ends with ``;``. Whole-line comments (``--``) say why a statement
 it is, next to it; they stay in the file. ``load`` reads a file once and returns its
 statements by name, each as it is written less its comment lines, blank lines and final
 ``;``: nothing is added or rewritten when a verb runs. Placeholders are the driver's
-(``%(name)s``, ``%s``), and a ``%`` of SQL itself is written ``%%``.
+(``%(name)s``, ``%s``; PostgreSQL's arrays are sent binary, ``%(name)b``: psycopg dumps a
+list as text in Python, five times slower), and a ``%`` of SQL itself is written ``%%``.
 """
 
 import functools

@@ -61,13 +61,13 @@ WITH alive AS (
     SELECT id FROM atp_daemon WHERE id = %(daemon)s AND stopped IS NULL FOR KEY SHARE
 ), locked AS (
     SELECT id FROM atp_type
-    WHERE id = ANY(%(types)s::bigint[]) AND NOT is_paused AND NOT pull
+    WHERE id = ANY(%(types)b::bigint[]) AND NOT is_paused AND NOT pull
         AND (max_concurrency IS NOT NULL OR rate IS NOT NULL) AND EXISTS (SELECT 1 FROM alive)
         AND %(within_limits)s
     ORDER BY id FOR NO KEY UPDATE
 ), held AS (
     SELECT instance_id FROM atp_task
-    WHERE instance_id = ANY(%(pks)s::bigint[]) AND daemon_id IS NOT NULL
+    WHERE instance_id = ANY(%(pks)b::bigint[]) AND daemon_id IS NOT NULL
         AND (SELECT count(*) FROM alive) + (SELECT count(*) FROM locked) >= 0
     ORDER BY instance_id FOR UPDATE
 ), prior AS (
@@ -109,7 +109,7 @@ SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan'
 WITH kinds AS (
     SELECT id, max_concurrency, rate, bucket_size, tokens, tokens_at,
         (max_concurrency IS NOT NULL OR rate IS NOT NULL) AS is_limited
-    FROM atp_type WHERE id = ANY(%(types)s::bigint[]) AND NOT is_paused AND NOT pull
+    FROM atp_type WHERE id = ANY(%(types)b::bigint[]) AND NOT is_paused AND NOT pull
 ), alive AS (
     SELECT id FROM atp_daemon WHERE id = %(daemon)s AND stopped IS NULL FOR KEY SHARE
 ), limited AS (
@@ -190,7 +190,7 @@ ORDER BY l.priority DESC, l.not_before, l.id;
 WITH kinds AS (
     SELECT id, max_concurrency, rate, bucket_size, tokens, tokens_at,
         (max_concurrency IS NOT NULL OR rate IS NOT NULL) AS is_limited
-    FROM atp_type WHERE id = ANY(%(types)s::bigint[]) AND NOT is_paused AND NOT pull
+    FROM atp_type WHERE id = ANY(%(types)b::bigint[]) AND NOT is_paused AND NOT pull
 ), alive AS (
     SELECT id FROM atp_daemon WHERE id = %(daemon)s AND stopped IS NULL FOR KEY SHARE
 ), limited AS (
@@ -304,9 +304,9 @@ ORDER BY l.priority DESC, l.not_before, l.id;
 -- says whether its start is written now. Each row is read by its key, and the ends carry
 -- what the later steps write (RETURNING), so that no step is joined to another.
 WITH batch AS (
-    SELECT * FROM unnest(%(pks)s::bigint[], %(attempts)s::bigint[], %(states)s::text[],
-        %(messages)s::text[], %(data)s::bytea[], %(content_types)s::text[], %(charsets)s::text[],
-        %(started_agos)s::float8[])
+    SELECT * FROM unnest(%(pks)b::bigint[], %(attempts)b::bigint[], %(states)b::text[],
+        %(messages)b::text[], %(data)b::bytea[], %(content_types)b::text[], %(charsets)b::text[],
+        %(started_agos)b::float8[])
     AS b(pk, attempt, status, message, data, content_type, charset, started_ago)
 ), ended AS (
     UPDATE atp_instance i
@@ -352,9 +352,9 @@ SELECT id FROM ended;
 -- settle, then claim, in one statement (one commit): the steps of each, word for word;
 -- ``settled`` in the facts holds the keys of the tasks settled.
 WITH batch AS (
-    SELECT * FROM unnest(%(pks)s::bigint[], %(attempts)s::bigint[], %(states)s::text[],
-        %(messages)s::text[], %(data)s::bytea[], %(content_types)s::text[], %(charsets)s::text[],
-        %(started_agos)s::float8[])
+    SELECT * FROM unnest(%(pks)b::bigint[], %(attempts)b::bigint[], %(states)b::text[],
+        %(messages)b::text[], %(data)b::bytea[], %(content_types)b::text[], %(charsets)b::text[],
+        %(started_agos)b::float8[])
     AS b(pk, attempt, status, message, data, content_type, charset, started_ago)
 ), ended AS (
     UPDATE atp_instance i
@@ -396,7 +396,7 @@ WITH batch AS (
 ), kinds AS (
     SELECT id, max_concurrency, rate, bucket_size, tokens, tokens_at,
         (max_concurrency IS NOT NULL OR rate IS NOT NULL) AS is_limited
-    FROM atp_type WHERE id = ANY(%(types)s::bigint[]) AND NOT is_paused AND NOT pull
+    FROM atp_type WHERE id = ANY(%(types)b::bigint[]) AND NOT is_paused AND NOT pull
 ), alive AS (
     SELECT id FROM atp_daemon WHERE id = %(daemon)s AND stopped IS NULL FOR KEY SHARE
 ), limited AS (
@@ -465,9 +465,9 @@ ORDER BY l.priority DESC, l.not_before, l.id;
 -- limits, the leases this statement ends count no more (``quota``): the count of a
 -- type's leases reads them as they were before the statement.
 WITH batch AS (
-    SELECT * FROM unnest(%(pks)s::bigint[], %(attempts)s::bigint[], %(states)s::text[],
-        %(messages)s::text[], %(data)s::bytea[], %(content_types)s::text[], %(charsets)s::text[],
-        %(started_agos)s::float8[])
+    SELECT * FROM unnest(%(pks)b::bigint[], %(attempts)b::bigint[], %(states)b::text[],
+        %(messages)b::text[], %(data)b::bytea[], %(content_types)b::text[], %(charsets)b::text[],
+        %(started_agos)b::float8[])
     AS b(pk, attempt, status, message, data, content_type, charset, started_ago)
 ), ended AS (
     UPDATE atp_instance i
@@ -509,7 +509,7 @@ WITH batch AS (
 ), kinds AS (
     SELECT id, max_concurrency, rate, bucket_size, tokens, tokens_at,
         (max_concurrency IS NOT NULL OR rate IS NOT NULL) AS is_limited
-    FROM atp_type WHERE id = ANY(%(types)s::bigint[]) AND NOT is_paused AND NOT pull
+    FROM atp_type WHERE id = ANY(%(types)b::bigint[]) AND NOT is_paused AND NOT pull
 ), alive AS (
     SELECT id FROM atp_daemon WHERE id = %(daemon)s AND stopped IS NULL FOR KEY SHARE
 ), limited AS (
@@ -631,7 +631,7 @@ SELECT EXTRACT(EPOCH FROM min((
         AND t.not_before > STATEMENT_TIMESTAMP()
         AND t.not_before < STATEMENT_TIMESTAMP() + make_interval(secs => %(within)s)
         AND t.paused_since IS NULL
-        AND t.type_id = ANY(%(types)s::bigint[])
+        AND t.type_id = ANY(%(types)b::bigint[])
     ORDER BY t.not_before LIMIT 1)) - STATEMENT_TIMESTAMP())
 FROM levels l WHERE l.priority IS NOT NULL;
 
@@ -747,7 +747,7 @@ WITH kind AS (
         AND COALESCE(max_input_bytes, %(max_input_bytes)s) >= %(size)s AND max_queued IS NULL
         AND pull = %(pull)s AND (dedup_window IS NULL OR NOT %(named)s)
 ), batch AS (
-    SELECT * FROM unnest(%(identifiers)s::text[], %(data)s::text[]) WITH ORDINALITY
+    SELECT * FROM unnest(%(identifiers)b::text[], %(data)b::text[]) WITH ORDINALITY
     AS b(identifier, data, position)
 ), new AS (
     INSERT INTO atp_instance (type_id, identifier, named, status, priority, tag, attempt,

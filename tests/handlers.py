@@ -321,3 +321,10 @@ def resend(task, inputs):
         queue_send(inputs["message"], inputs["send"] + 1, inputs["every"],
                    countdown=inputs["every"])
     return f"send {inputs['send']}"
+
+
+def collector_state(task, inputs):
+    """Report how the worker's cyclic garbage collector is set (``atp.daemon.collector``)."""
+    import gc
+
+    return {"thresholds": list(gc.get_threshold()), "frozen": gc.get_freeze_count()}

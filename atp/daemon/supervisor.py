@@ -22,7 +22,7 @@ from multiprocessing.connection import wait
 
 from atp import engine
 from atp.conf import conf
-from atp.daemon import claiming, maintenance, recording, stopping
+from atp.daemon import claiming, collector, maintenance, recording, stopping
 from atp.daemon.catalog import Catalog
 from atp.daemon.claiming import ClaimPolicy
 from atp.daemon.duties import Duties, Duty, contain
@@ -195,6 +195,7 @@ class Supervisor:
                 logger.warning("database unreachable at start (%s); retrying in %.1f s", exc, delay)
                 close_connections()
                 time.sleep(delay)
+        collector.for_supervisor()
         self.pool.spawn(self.config.workers)
         logger.info(
             "atpd %s started: %s workers, running types %s%s", self.daemon, self.config.workers,

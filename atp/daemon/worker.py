@@ -23,7 +23,7 @@ import time
 
 import psutil
 
-from atp.daemon import handoff, suspension
+from atp.daemon import collector, handoff, suspension
 from atp.daemon.execution import execute
 from atp.daemon.lease import clock
 from atp.daemon.outage import close_connections
@@ -54,6 +54,7 @@ def worker_main(channel, lease_deadline, dropping, parent_pid, inherited_fds):
     its state, its supervisor does.
     """
     os.setpgid(0, 0)
+    collector.for_worker()
     for fd in inherited_fds:
         try:
             os.close(fd)

@@ -198,8 +198,10 @@ def settle_and_claim(daemon, outcomes, limit, type_ids, start, limited=False):
 
 def _claim(sql, params, daemon, inputs, within_limits=False):
     rows = _locked_round(sql, params, within_limits)
-    alive, limited, strays, settled = rows[0][:4]
-    settled = set(settled or ())
+    alive, limited = rows[0][:2]
+    # On one row of the result, whichever (see postgresql.sql): None on the others.
+    strays = next((row[2] for row in rows if row[2] is not None), None)
+    settled = set(next((row[3] for row in rows if row[3] is not None), ()))
     if not alive:
         raise DaemonStopped(f"daemon {daemon} was declared stopped; it claims nothing")
     if limited:

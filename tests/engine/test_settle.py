@@ -425,3 +425,25 @@ def test_settle_writes_nothing_for_a_task_that_lost_its_lease_on_the_same_attemp
     assert settle(daemon, [Outcome.finished(held.pk, 1, "late")]) == set()
     assert settle(daemon, [Outcome.failed(held.pk, 1, "late")]) == set()
     assert snapshot(held) == before
+
+
+@pytest.mark.parametrize("statement", ["settle_and_claim", "settle_and_claim_within_limits"])
+def test_a_round_on_postgresql_sends_the_keys_it_settled_once_not_with_each_task(
+        postgres_only, noop_type, daemon, statement):
+    """The keys settled (and the strays) come on one row of the result: repeated on each
+    task claimed, a round's result grew with the square of its tasks."""
+    from atp.engine import postgresql
+
+    ended = [running(atp.enqueue("tests.noop"), daemon) for _ in range(3)]
+    waiting = [atp.enqueue("tests.noop") for _ in range(4)]
+    params = {**postgresql.settle_parameters(daemon, [Outcome.finished(task.pk, 1, None)
+                                                      for task in ended]),
+              **postgresql.claim_parameters(daemon, 10, [noop_type.pk], 0, inputs=True)}
+    rows = postgresql._locked_round(postgresql.SQL[statement], params,
+                                    within_limits=statement.endswith("limits"))
+    assert sorted(row[4] for row in rows) == [task.pk for task in waiting]
+    carried = [row[3] for row in rows if row[3] is not None]
+    assert len(carried) == 1 and sorted(carried[0]) == [task.pk for task in ended]
+    settled, (claimed, strays) = postgresql._claim(
+        postgresql.SQL["settle_and_claim"], params, daemon, True)
+    assert (settled, claimed, strays) == (set(), [], [])  # the same round again: nothing left

@@ -120,6 +120,8 @@ def _first_bad_text(value, path):
 
 def load_json(text):
     """Return the value encoded by ``dump_json``."""
+    if isinstance(text, str):  # json.loads would make a decoder for each call
+        return _JSON_DECODER.decode(text)
     return json.loads(text, object_hook=_from_json)
 
 
@@ -202,6 +204,9 @@ def _from_json(obj):
     if len(obj) == 2 and TAG in obj and "value" in obj:
         return _DECODERS[obj[TAG]](obj["value"])
     return obj
+
+
+_JSON_DECODER = json.JSONDecoder(object_hook=_from_json)
 
 
 # -- signed pickle -------------------------------------------------------------------

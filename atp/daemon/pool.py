@@ -93,7 +93,7 @@ class Worker:
         message for all, as plain values (``atp.daemon.handoff``: their types once)."""
         self.queue.extend(assignment for assignment, _ in given)
         self.inflight += sum(assignment.size for assignment, _ in given)
-        self.channel.send(handoff.pack([
+        handoff.send(self.channel, handoff.pack([
             (task, assignment.attempt, assignment.handler, str(assignment.daemon))
             for assignment, task in given
         ]))

@@ -22,7 +22,7 @@ from multiprocessing.connection import wait
 
 from atp import engine
 from atp.conf import conf
-from atp.daemon import claiming, collector, maintenance, recording, stopping
+from atp.daemon import claiming, collector, handoff, maintenance, recording, stopping
 from atp.daemon.catalog import Catalog
 from atp.daemon.claiming import ClaimPolicy
 from atp.daemon.duties import Duties, Duty, contain
@@ -290,6 +290,7 @@ class Supervisor:
         self.pool.spawn(replacements)
 
     def _on_done(self, worker, pk, attempt, outcome, ended_at):
+        outcome = handoff.outcome_of(outcome)
         assignment = self._answered(worker, pk, attempt)
         if assignment is None:
             return

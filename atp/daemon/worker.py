@@ -46,9 +46,9 @@ _running = threading.Event()
 def worker_main(channel, lease_deadline, dropping, parent_pid, inherited_fds):
     """Run in the forked child: serve ``("run", ...)`` (``atp.daemon.handoff``: tasks with
     their attempt, handler and daemon) until ``("stop",)``, task after task, answering
-    each with ``("done", pk, attempt, outcome, at)`` (``at``: this host's monotonic clock
-    when it ended, when the next one starts), or, once ``dropping`` is set (the daemon
-    stops), with ``("dropped", pk, attempt)`` without running it.
+    each with ``("done", pk, attempt, outcome values, at)`` (``handoff.done``; ``at``: this
+    host's monotonic clock when it ended, when the next one starts), or, once ``dropping``
+    is set (the daemon stops), with ``("dropped", pk, attempt)`` without running it.
 
     ``task`` is the ``Instance`` with its type and inputs: the worker writes nothing of
     its state, its supervisor does.
@@ -81,7 +81,8 @@ def worker_main(channel, lease_deadline, dropping, parent_pid, inherited_fds):
             break
         for task, attempt, handler, daemon in handoff.unpack(message):
             try:
-                channel.send(_run(task, attempt, handler, daemon, dropping, lease_deadline))
+                handoff.send(channel, _run(task, attempt, handler, daemon, dropping,
+                                           lease_deadline))
             except OSError:  # the supervisor is gone: so is this worker, and its group
                 _end_group(EXIT_PARENT_GONE)
     close_connections()
@@ -97,7 +98,7 @@ def _run(task, attempt, handler, daemon, dropping, lease_deadline):
     finally:
         _running.clear()
         _end_attempt_processes()
-    return ("done", task.pk, attempt, outcome, time.monotonic())
+    return handoff.done(task.pk, attempt, outcome, time.monotonic())
 
 
 def _signal_pipe():

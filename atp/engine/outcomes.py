@@ -13,7 +13,7 @@ task still running when its supervisor writes gets an outcome of its own, RUNNIN
 its start alone.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from atp.conf import conf
 from atp.serialization import encode_response
@@ -80,6 +80,20 @@ class Outcome:
         elif not self.started_ago >= 0:
             raise ValueError(f"started_ago is a number of seconds, not {self.started_ago!r}")
 
+    def values(self):
+        """Return this outcome's fields, in order, as plain values (``from_values`` reads
+        them): what a worker sends its supervisor (``atp.daemon.handoff``)."""
+        fields = self.__dict__
+        return tuple(fields[name] for name in _FIELDS)
+
+    @classmethod
+    def from_values(cls, values):
+        """Return the outcome ``values`` (``values()``'s) describe, as it was: not checked
+        again."""
+        made = object.__new__(cls)
+        made.__dict__.update(zip(_FIELDS, values, strict=True))
+        return made
+
     def since_start(self, seconds):
         """Return this outcome with its start, ``seconds`` ago, to write with it."""
         if self.status == Status.ACCEPTED:
@@ -114,3 +128,7 @@ class Outcome:
     @classmethod
     def handed_back(cls, pk, attempt, message):
         return cls(pk, attempt, Status.ACCEPTED, message=message)
+
+
+#: The fields of an outcome, in order (``Outcome.values``).
+_FIELDS = tuple(field.name for field in fields(Outcome))

@@ -1,6 +1,7 @@
 """The tasks a supervisor hands a worker go down the pipe as plain values
 (``atp.daemon.handoff``) and come out as the objects the claim returned."""
 
+import multiprocessing
 import pickle
 
 import pytest
@@ -8,6 +9,7 @@ import pytest
 import atp
 from atp import engine
 from atp.daemon import handoff
+from atp.engine.outcomes import Outcome
 from atp.models import Instance
 
 pytestmark = pytest.mark.django_db
@@ -42,3 +44,18 @@ def test_a_task_handed_over_without_its_inputs_reads_them_when_asked(noop_type, 
     task = Instance.objects.select_related("type").get(pk=queued.pk)
     [(received, *_)] = handoff.unpack(handoff.pack([(task, 0, "h", "d")]))
     assert received.inputs.load() == {"n": 7}  # read from the database
+
+
+@pytest.mark.parametrize("outcome", [
+    Outcome.finished(7, 2, {"n": 1}).since_start(0.25),
+    Outcome.failed(7, 2, "boom", may_retry=True, countdown=3.0),
+    Outcome.handed_back(7, 2, "not ours"),
+], ids=["finished", "failed, may retry", "handed back"])
+def test_a_workers_report_comes_out_of_the_pipe_as_the_outcome_it_sent(outcome):
+    ours, theirs = multiprocessing.Pipe()
+    handoff.send(theirs, handoff.done(7, 2, outcome, 12.5))
+    kind, pk, attempt, values, ended_at = ours.recv()
+    assert (kind, pk, attempt, ended_at) == ("done", 7, 2, 12.5)
+    received = handoff.outcome_of(values)
+    assert received == outcome and type(received) is Outcome and hash(received) == hash(outcome)
+    assert not any(isinstance(value, Outcome) for value in values)  # plain values on the wire

@@ -39,23 +39,30 @@ from atp.serialization import storable
 logger = logging.getLogger(__name__)
 
 
-def execute(instance, attempt, handler_path, daemon=""):
+def execute(instance, attempt, handler_path, daemon="", *, resolved=None):
     """Run attempt ``attempt`` of the started task ``instance`` (loaded with its type and
     inputs) with the handler ``handler_path``; return its ``Outcome``.
 
     Nothing is written but what the handler's context writes (progress, log lines, a
     response set early). Whatever the handler raises and errors of atp's own steps make
     a FAILED outcome; a crash ends the worker, and the supervisor restarts the task. A
-    handler this worker has not loaded hands the task back.
+    handler this worker has not loaded hands the task back. ``resolved`` is a worker's
+    memo of the handlers it found, by path: its code and settings stay as they are while
+    it lives (resolving a path again was a tenth of a worker's time for a no-op).
     """
     pk = instance.pk
     discard_broken_connections()
-    try:
-        handler = resolve_handler(handler_path, may_import=False)
-    except InvalidHandler as exc:
-        # Not this daemon's to run (its supervisor claims only the types whose handler
-        # it loaded): back to the queue for one that has the code, no restart spent.
-        return Outcome.handed_back(pk, attempt, storable(f"not run by daemon {daemon}: {exc}"))
+    handler = None if resolved is None else resolved.get(handler_path)
+    if handler is None:
+        try:
+            handler = resolve_handler(handler_path, may_import=False)
+        except InvalidHandler as exc:
+            # Not this daemon's to run (its supervisor claims only the types whose handler
+            # it loaded): back to the queue for one that has the code, no restart spent.
+            return Outcome.handed_back(pk, attempt,
+                                       storable(f"not run by daemon {daemon}: {exc}"))
+        if resolved is not None:
+            resolved[handler_path] = handler
     try:
         inputs = instance.inputs.load()
     except Exception as exc:  # a forged pickle, a class that is gone, bad JSON...

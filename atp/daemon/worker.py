@@ -41,6 +41,8 @@ EXIT_LEASE_ENDED = 71
 EXIT_REASONS = {EXIT_PARENT_GONE: "its supervisor is gone", EXIT_LEASE_ENDED: "the daemon's lease ran out"}
 
 _running = threading.Event()
+#: The handlers this worker found, by path (``execution.execute``).
+_resolved = {}
 
 
 def worker_main(channel, lease_deadline, dropping, parent_pid, inherited_fds):
@@ -94,7 +96,7 @@ def _run(task, attempt, handler, daemon, dropping, lease_deadline):
         return ("dropped", task.pk, attempt)
     _running.set()
     try:
-        outcome = execute(task, attempt, handler, daemon)
+        outcome = execute(task, attempt, handler, daemon, resolved=_resolved)
     finally:
         _running.clear()
         _end_attempt_processes()

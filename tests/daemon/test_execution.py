@@ -2,6 +2,7 @@ import pytest
 from django.test import override_settings
 
 import atp
+import tests.handlers
 from atp import engine
 from atp.daemon.execution import describe_failure, run_task
 from atp.models import Instance, LogRecord, Response, Type
@@ -278,3 +279,25 @@ def test_a_base_exception_the_handler_raises_is_one_failed_attempt(db, claimed, 
     assert (instance.status, instance.retries, instance.restarts) == (Status.ACCEPTED, 1, 0)
     assert last.message.startswith("Traceback (most recent call last):")
     assert f"\n{last_line}\n" in last.message and "retry 1 (retry_limit 1)" in last.message
+
+
+def test_a_worker_resolves_a_handler_once_and_never_keeps_one_it_refused(db, claimed, daemon,
+                                                                          monkeypatch):
+    from atp.daemon import execution
+
+    atp.register_task_type("tests.echo", "tests.handlers.echo")
+    resolved = {}
+
+    def run(inputs, handler="tests.handlers.echo"):
+        task = claimed(atp.enqueue("tests.echo", inputs))
+        started = engine.start_and_load(task.pk, attempt=task.attempt, daemon=daemon)
+        return execution.execute(started, task.attempt, handler, "host:1", resolved=resolved)
+
+    assert run(1).status == Status.FINISHED
+    assert resolved == {"tests.handlers.echo": tests.handlers.echo}
+    monkeypatch.setattr(execution, "resolve_handler", lambda *args, **kwargs: 1 / 0)
+    outcome = run(2)  # from the memo: not resolved again
+    assert (outcome.status, outcome.response[0]) == (Status.FINISHED, b"2")
+    monkeypatch.undo()
+    assert run(3, handler="os.system").status == Status.ACCEPTED  # handed back
+    assert list(resolved) == ["tests.handlers.echo"]

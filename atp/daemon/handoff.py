@@ -17,7 +17,7 @@ table of reducers at each message, half of what a small one cost.
 import pickle
 
 from atp.engine.outcomes import Outcome
-from atp.engine.sql import from_values, values_of
+from atp.engine.sql import attach, from_values, values_of
 from atp.models import Inputs, Instance, Type
 
 
@@ -59,8 +59,7 @@ def unpack(message):
     tasks = []
     for values, inputs, attempt, handler, daemon in items:
         task = from_values(Instance, alias, values)
-        task.type = types[task.type_id]
-        if inputs is not None:
-            task.inputs = from_values(Inputs, alias, inputs)
+        attach(task, type=types[task.type_id],
+               inputs=None if inputs is None else from_values(Inputs, alias, inputs))
         tasks.append((task, attempt, handler, daemon))
     return tasks

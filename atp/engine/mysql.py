@@ -39,6 +39,7 @@ from atp.engine.notify import notify_runnable
 from atp.engine.records import response_limit
 from atp.engine.sql import (
     StatementsEngine,
+    attach,
     build,
     builder,
     by_key,
@@ -180,7 +181,7 @@ def claim(daemon, limit, type_ids, start=0, inputs=False, *, now=None):
         label = daemon_label(daemon)
         entries = []
         for index, instance in enumerate(claimed):
-            instance.type = types[instance.type_id]
+            attach(instance, type=types[instance.type_id])
             instance.attempt += 1
             instance.daemon_id = daemon.pk
             instance.updated = moment
@@ -194,7 +195,7 @@ def claim(daemon, limit, type_ids, start=0, inputs=False, *, now=None):
             cursor.execute(SQL["inputs_of_claimed"], [_listed(instance.pk for instance in claimed)])
             loaded = {row.instance_id: row for row in map(_inputs, cursor.fetchall())}
             for instance in claimed:
-                instance.inputs = loaded[instance.pk]
+                attach(instance, inputs=loaded[instance.pk])
         if buckets:
             spent = collections.Counter(instance.type_id for instance in claimed)
             cursor.executemany(SQL["spend"], [(tokens - spent[pk], now, pk)

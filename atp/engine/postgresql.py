@@ -26,6 +26,7 @@ from atp.engine.batches import current_batch_id
 from atp.engine.records import response_limit
 from atp.engine.sql import (
     StatementsEngine,
+    attach,
     build,
     builder,
     check_start,
@@ -214,9 +215,8 @@ def _claim(sql, params, daemon, inputs, within_limits=False):
     instances = []
     for row in rows:
         instance = build_instance(row[:INSTANCE_WIDTH])
-        instance.type = types[instance.type_id]
-        if inputs:
-            instance.inputs = build_inputs(row[INSTANCE_WIDTH + TYPE_WIDTH:])
+        attach(instance, type=types[instance.type_id],
+               inputs=build_inputs(row[INSTANCE_WIDTH + TYPE_WIDTH:]) if inputs else None)
         instances.append(instance)
     return settled, (instances, strays or [])
 

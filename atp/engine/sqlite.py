@@ -35,6 +35,7 @@ from atp.engine.notify import notify_runnable
 from atp.engine.records import response_limit
 from atp.engine.sql import (
     StatementsEngine,
+    attach,
     build,
     builder,
     by_key,
@@ -120,7 +121,7 @@ def claim(daemon, limit, type_ids, start=0, inputs=False):
         for pk in keys:  # in claim order
             instance = instances.get(pk)
             if instance is not None:
-                instance.type = types[instance.type_id]
+                attach(instance, type=types[instance.type_id])
                 claimed.append(instance)
         cursor.executemany(SQL["lease"], [
             (daemon.pk, now, _stamp(moment + instance.type.timeout), instance.pk)
@@ -136,7 +137,7 @@ def claim(daemon, limit, type_ids, start=0, inputs=False):
                            [_listed(instance.pk for instance in claimed)])
             loaded = {row.instance_id: row for row in map(_inputs, cursor.fetchall())}
             for instance in claimed:
-                instance.inputs = loaded[instance.pk]
+                attach(instance, inputs=loaded[instance.pk])
         if buckets:
             spent = collections.Counter(instance.type_id for instance in claimed)
             cursor.executemany(SQL["spend"], [(tokens - spent[pk], now, pk)

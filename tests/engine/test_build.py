@@ -6,7 +6,7 @@ from django.db import connection
 from django.db.models.signals import post_init
 
 import atp
-from atp.engine.sql import build
+from atp.engine.sql import attach, build
 from atp.models import Inputs, Instance, Type
 
 pytestmark = pytest.mark.django_db
@@ -63,3 +63,24 @@ def test_what_listens_to_a_models_creation_hears_a_built_one(noop_type):
     finally:
         post_init.disconnect(listener, sender=Instance)
     assert heard == [built]
+
+
+def test_a_task_built_from_rows_gets_its_type_and_inputs_as_the_descriptors_give_them(
+        django_assert_num_queries):
+    queued = atp.enqueue(atp.register_task_type("tests.echo", "tests.handlers.echo").identifier,
+                         {"n": 1})
+    other = atp.enqueue("tests.echo", {"n": 2})
+    instance, task_type, inputs = (build(Instance, _row(queued)), build(Type, _row(queued.type)),
+                                   build(Inputs, _row(queued.inputs)))
+    attach(instance, type=task_type, inputs=inputs)
+    with django_assert_num_queries(0):
+        assert instance.type is task_type and instance.inputs is inputs
+        assert inputs.instance is instance
+    described = build(Instance, _row(queued))
+    described.type, described.inputs = task_type, build(Inputs, _row(queued.inputs))
+    assert described.type_id == instance.type_id and described.inputs.instance is described
+    with pytest.raises(ValueError, match="are not task"):
+        attach(instance, inputs=build(Inputs, _row(other.inputs)))
+    with pytest.raises(ValueError, match="is not the type"):
+        attach(instance, type=build(Type, _row(atp.register_task_type("tests.b", "tests.handlers.echo"))))
+    assert instance.inputs is inputs  # a refusal changes nothing

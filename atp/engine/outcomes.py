@@ -83,27 +83,30 @@ class Outcome:
     def values(self):
         """Return this outcome's fields, in order, as plain values (``from_values`` reads
         them): what a worker sends its supervisor (``atp.daemon.handoff``)."""
-        fields = self.__dict__
-        return tuple(fields[name] for name in _FIELDS)
+        state = self.__dict__
+        return tuple(state[name] for name in _FIELDS)
 
     @classmethod
     def from_values(cls, values):
         """Return the outcome ``values`` (``values()``'s) describe, as it was: not checked
         again."""
+        return cls._made(zip(_FIELDS, values, strict=True))
+
+    @classmethod
+    def _made(cls, state):
+        # As unpickling makes an object: its fields set at once, no __init__ and no checks
+        # (a tenth of the cost; every prefetched task's end is made twice).
         made = object.__new__(cls)
-        made.__dict__.update(zip(_FIELDS, values, strict=True))
+        made.__dict__.update(state)
         return made
 
     def since_start(self, seconds):
         """Return this outcome with its start, ``seconds`` ago, to write with it."""
         if self.status == Status.ACCEPTED:
             return self  # handed back: it never ran, there is no start to write
-        # As dataclasses.replace makes it (its checks hold: an end is a status after a
-        # start, and the seconds are not negative), at a tenth of the cost: every
-        # prefetched task's end comes through here.
-        dated = object.__new__(Outcome)
-        dated.__dict__.update(self.__dict__, started_ago=max(0.0, seconds))
-        return dated
+        # As dataclasses.replace makes it; its checks hold: an end is a status after a
+        # start, and the seconds are not negative.
+        return self._made({**self.__dict__, "started_ago": max(0.0, seconds)})
 
     @classmethod
     def finished(cls, pk, attempt, result, *, content_type=None, max_bytes=None):

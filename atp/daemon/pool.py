@@ -47,6 +47,7 @@ class Worker:
     def __init__(self, process, channel, max_tasks=None):
         self.process = process
         self.channel = channel
+        self.inbox = handoff.Inbox(channel)  # what it reports: read only through this
         self.queue = deque()  # Assignments, the running one first
         self.inflight = 0  # about how many bytes of its queue's tasks were sent to it
         self.max_tasks = max_tasks  # it is recycled after that many
@@ -183,7 +184,7 @@ class WorkerPool:
             parent_end, child_end = self.context.Pipe(duplex=True)
             # The child closes what it inherits but must not use: the other workers'
             # channels and the supervisor's own descriptors.
-            inherited = [w.channel.fileno() for w in self.workers]
+            inherited = [fd for w in self.workers for fd in (w.channel.fileno(), w.inbox.fileno())]
             inherited += [parent_end.fileno(), *self.private_fds()]
             process = self.context.Process(
                 target=worker_main, name="atpd-worker", daemon=False,
@@ -216,10 +217,11 @@ class WorkerPool:
         """Yield ``(worker, message)`` for every message waiting from a worker."""
         for worker in list(self.workers):
             try:
-                while worker.channel.poll():
-                    yield worker, worker.channel.recv()
+                messages = worker.inbox.take()
             except (EOFError, OSError):
                 continue  # the worker died; collect_dead reports it
+            for message in messages:
+                yield worker, message
 
     def dead(self):
         """Return the workers that have exited. Read their messages before collecting
@@ -233,6 +235,7 @@ class WorkerPool:
         for worker in dead:
             worker.process.join()
             worker.channel.close()
+            worker.inbox.close()
             worker.signal_group(signal.SIGKILL)
             self.workers.remove(worker)
         return dead

@@ -13,7 +13,7 @@ def default_workers():
     return psutil.cpu_count(logical=True) or 1
 
 
-DEFAULT_PREFETCH = 64
+DEFAULT_PREFETCH = 256
 
 
 @dataclass(frozen=True)

@@ -30,15 +30,18 @@ ROUNDS_AHEAD = 1.5
 #: what the pipe holds (about 200 KiB on Linux), so that handing tasks out never blocks
 #: the supervisor on a worker busy running one.
 PIPE_BUDGET = 96 * 1024
-#: What a task weighs in the pipe besides its inputs (its row's values, ``atp.daemon.handoff``;
-#: its type's are sent once a message): about 150 bytes pickled, counted generously.
-TASK_OVERHEAD = 1024
+#: What a task weighs in the pipe besides its inputs and its texts (its row's other
+#: values, ``atp.daemon.handoff``; its type's are sent once a message): about 120 bytes
+#: pickled, counted generously. (Counted as 1,024, with nothing for the texts, it held a
+#: busy worker's queue of no-op tasks to 94, under ``--prefetch``.)
+TASK_OVERHEAD = 256
 
 
 def weight(instance):
     """Return about how many bytes ``instance`` (claimed with its inputs) takes in a
     worker's pipe."""
-    return TASK_OVERHEAD + len(instance.inputs.data)
+    return (TASK_OVERHEAD + len(instance.inputs.data) + len(instance.identifier)
+            + len(instance.tag or "") + len(instance.progress_message))
 
 
 class Pace:

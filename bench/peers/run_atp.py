@@ -18,7 +18,7 @@ class Runner(base.Runner):
     name = "atp"
     distribution = "django-atp"
     bulk_api = "atp.enqueue_many, 1,000 a call"
-    configuration = ("atpd --workers N, its defaults (prefetch 64, poll 1 s, "
+    configuration = ("atpd --workers N, its defaults (prefetch 256, poll 1 s, "
                      "LISTEN/NOTIFY); every transition in the history")
 
     def __init__(self):

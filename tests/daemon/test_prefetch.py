@@ -3,6 +3,7 @@ started when the worker reaches them (``atp.daemon.prefetch``)."""
 
 import itertools
 import os
+import pickle
 import signal
 from types import SimpleNamespace
 
@@ -10,7 +11,9 @@ import psutil
 import pytest
 
 import atp
-from atp.daemon.prefetch import Pace, distribute
+from atp import engine
+from atp.daemon import handoff
+from atp.daemon.prefetch import Pace, distribute, weight
 from atp.daemon.stopping import Action, Assignment, Ending, Observation, decide
 from atp.models import Instance, LogRecord, Task
 from atp.states import Status
@@ -74,8 +77,9 @@ class Slot:
         return 0 if self.is_retiring else max(0, depth - len(self.queue))
 
 
-def task(pk, status=Status.SCHEDULED):
-    return SimpleNamespace(pk=pk, status=status, inputs=SimpleNamespace(data="{}"))
+def task(pk, status=Status.SCHEDULED, data="{}"):
+    return SimpleNamespace(pk=pk, status=status, identifier=f"t{pk}", tag=None,
+                           progress_message="", inputs=SimpleNamespace(data=data))
 
 
 def test_started_tasks_go_to_idle_workers_and_the_rest_to_the_shortest_queues():
@@ -186,10 +190,27 @@ def test_large_tasks_never_fill_a_busy_workers_pipe(start_daemon):
     assert atp.get_response(tasks[-1]).json() == payload
 
 
+@pytest.mark.django_db
+@pytest.mark.parametrize("texts", ["short", "longest"])
+def test_what_a_task_is_counted_in_the_pipe_covers_what_it_takes_there(texts, daemon):
+    """The pipe budget counts each task's ``weight``: were it less than what the task takes
+    pickled, a busy worker's pipe could fill and block the supervisor."""
+    task_type = atp.register_task_type("tests.noop", "tests.handlers.noop")
+    longest = texts == "longest"
+    for n in range(50):
+        atp.enqueue("tests.noop", {"n": n}, identifier=f"{n:03}" + "x" * 497 if longest else None,
+                    tag="t" * 500 if longest else None)
+    if longest:
+        Instance.objects.update(progress_message="p" * 255)
+    claimed = engine.claim_for_daemon(daemon, 50, [task_type.pk])
+    message = handoff.pack([(task, task.attempt, task.type.handler, str(daemon))
+                            for task in claimed])
+    assert len(pickle.dumps(message, pickle.HIGHEST_PROTOCOL)) <= sum(map(weight, claimed))
+
+
 def test_a_worker_takes_large_tasks_while_idle_and_few_while_busy():
     idle, busy = Slot(), Slot(1, inflight=60_000)
-    large = [SimpleNamespace(pk=n, status=Status.SCHEDULED,
-                             inputs=SimpleNamespace(data="x" * 100_000)) for n in range(3)]
+    large = [task(n, data="x" * 100_000) for n in range(3)]
     pairs, left = distribute(large, [idle, busy], {idle: 5, busy: 5})
     assert [(worker, t.pk) for worker, t in pairs] == [(idle, 0)]
     assert [t.pk for t in left] == [1, 2]  # held by the supervisor until a pipe has room

@@ -42,8 +42,8 @@ class Inbox:
     socket, as ``Pipe(duplex=True)`` makes on Unix), read without waiting.
 
     ``Connection.poll`` makes a selector for each call, and ``recv`` reads a message's
-    length and its body apart: three system calls and a selector a report, a fifth of
-    the supervisor's time in a drain. ``take`` reads all that has arrived at once and
+    length and its body apart: three system calls and a selector a report, about a
+    seventh of the supervisor's CPU in a drain. ``take`` reads all that has arrived at once and
     cuts it into messages itself, framed as ``Connection.send_bytes`` frames them. Only
     the inbox may read from ``channel`` then. It reads from a copy of the descriptor,
     which ``close`` closes.

@@ -67,7 +67,7 @@ def test_an_inbox_takes_every_message_that_arrived_in_order_and_never_waits():
     inbox = handoff.Inbox(ours)
     try:
         assert inbox.take() == []  # nothing yet: no waiting
-        large = "x" * (3 * handoff.READ_SIZE)  # read in several pieces
+        large = "x" * (handoff.READ_SIZE + 1000)  # more than one read takes
         sent = [("done", 1, 1, (1,), 0.5), ("dropped", 2, 1), ("done", 3, 2, (large,), 1.5)]
         for message in sent:
             handoff.send(theirs, message)

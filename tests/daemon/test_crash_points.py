@@ -83,9 +83,12 @@ def gated(start_daemon, tmp_path):
     # Once the same one is seen twice: a child forked to run another program has the
     # supervisor's command line too until it runs it (seen once, gone at the next look).
     seen = []
-    wait_until(lambda: seen.append(forked_workers(supervisor)) or (
-        len(seen) > 1 and len(seen[-1]) == 1 and seen[-1] == seen[-2]),
-        timeout=30, message="worker started", output=daemon.output)
+
+    def one_worker_twice():
+        seen.append(forked_workers(supervisor))
+        return len(seen) > 1 and len(seen[-1]) == 1 and seen[-1] == seen[-2]
+
+    wait_until(one_worker_twice, timeout=30, message="worker started", output=daemon.output)
     [worker] = seen[-1]
     # Idle, the worker waits for its next task: in read() on its channel.
     wait_until(lambda: waiting_in_read(worker) is not None, timeout=30,

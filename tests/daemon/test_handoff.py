@@ -62,50 +62,48 @@ def test_a_workers_report_comes_out_of_the_pipe_as_the_outcome_it_sent(outcome):
     assert not any(isinstance(value, Outcome) for value in values)  # plain values on the wire
 
 
-def test_an_inbox_takes_every_message_that_arrived_in_order_and_never_waits():
+@pytest.fixture
+def inbox():
+    """An ``Inbox`` on our end of a real channel, and the worker's end."""
     ours, theirs = multiprocessing.Pipe(duplex=True)
     inbox = handoff.Inbox(ours)
-    try:
-        assert inbox.take() == []  # nothing yet: no waiting
-        large = "x" * (handoff.READ_SIZE + 1000)  # more than one read takes
-        sent = [("done", 1, 1, (1,), 0.5), ("dropped", 2, 1), ("done", 3, 2, (large,), 1.5)]
-        for message in sent:
-            handoff.send(theirs, message)
-        theirs.send(("dropped", 4, 1))  # multiprocessing's own framing and pickler
-        assert inbox.take() == [*sent, ("dropped", 4, 1)]
-        assert inbox.take() == []
-    finally:
-        inbox.close()
-
-
-def test_an_inbox_keeps_a_message_that_came_in_part_until_the_rest_comes():
-    ours, theirs = multiprocessing.Pipe(duplex=True)
-    inbox = handoff.Inbox(ours)
-    try:
-        frame = pickle.dumps(("done", 5, 1, (None,), 2.0))
-        framed = len(frame).to_bytes(4, "big") + frame
-        os.write(theirs.fileno(), framed[:3])  # not even the whole length
-        assert inbox.take() == []
-        os.write(theirs.fileno(), framed[3:10])
-        assert inbox.take() == []
-        os.write(theirs.fileno(), framed[10:] + framed)  # the rest, and one more whole
-        assert inbox.take() == [("done", 5, 1, (None,), 2.0)] * 2
-    finally:
-        inbox.close()
-
-
-def test_an_inbox_gives_what_a_worker_sent_before_its_end_closed_then_eof():
-    ours, theirs = multiprocessing.Pipe(duplex=True)
-    inbox = handoff.Inbox(ours)
-    try:
-        handoff.send(theirs, ("done", 6, 1, (None,), 3.0))
-        os.write(theirs.fileno(), b"\0\0\0\x09abc")  # a message cut short by a death
-        theirs.close()
-        assert inbox.take() == [("done", 6, 1, (None,), 3.0)]
-        with pytest.raises(EOFError):
-            inbox.take()
-        with pytest.raises(EOFError):
-            inbox.take()
-    finally:
-        inbox.close()
+    yield inbox, theirs
+    inbox.close()
     ours.close()  # the inbox read from a copy of the descriptor: this one is still open
+    theirs.close()
+
+
+def test_an_inbox_takes_every_message_that_arrived_in_order_and_never_waits(inbox):
+    inbox, theirs = inbox
+    assert inbox.take() == []  # nothing yet: no waiting
+    large = "x" * (handoff.READ_SIZE + 1000)  # more than one read takes
+    sent = [("done", 1, 1, (1,), 0.5), ("dropped", 2, 1), ("done", 3, 2, (large,), 1.5)]
+    for message in sent:
+        handoff.send(theirs, message)
+    theirs.send(("dropped", 4, 1))  # multiprocessing's own framing and pickler
+    assert inbox.take() == [*sent, ("dropped", 4, 1)]
+    assert inbox.take() == []
+
+
+def test_an_inbox_keeps_a_message_that_came_in_part_until_the_rest_comes(inbox):
+    inbox, theirs = inbox
+    frame = pickle.dumps(("done", 5, 1, (None,), 2.0))
+    framed = len(frame).to_bytes(4, "big") + frame
+    os.write(theirs.fileno(), framed[:3])  # not even the whole length
+    assert inbox.take() == []
+    os.write(theirs.fileno(), framed[3:10])
+    assert inbox.take() == []
+    os.write(theirs.fileno(), framed[10:] + framed)  # the rest, and one more whole
+    assert inbox.take() == [("done", 5, 1, (None,), 2.0)] * 2
+
+
+def test_an_inbox_gives_what_a_worker_sent_before_its_end_closed_then_eof(inbox):
+    inbox, theirs = inbox
+    handoff.send(theirs, ("done", 6, 1, (None,), 3.0))
+    os.write(theirs.fileno(), b"\0\0\0\x09abc")  # a message cut short by a death
+    theirs.close()
+    assert inbox.take() == [("done", 6, 1, (None,), 3.0)]
+    with pytest.raises(EOFError):
+        inbox.take()
+    with pytest.raises(EOFError):
+        inbox.take()

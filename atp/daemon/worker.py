@@ -181,18 +181,28 @@ def _has_children():
     return True  # a child ended (left unreaped), or runs
 
 
+_PROC_SCANS = 3  # listings of the threads before the slow way
+
+
 def _has_children_in_proc():
-    try:
-        for thread in os.listdir("/proc/self/task"):
-            fd = os.open(f"/proc/self/task/{thread}/children", os.O_RDONLY)
-            try:
-                if os.read(fd, 1):
-                    return True
-            finally:
-                os.close(fd)
-    except OSError:
-        return True  # no such files here: look the slow way
-    return False
+    """Read a byte of each thread's ``children`` file. A thread that ends between the
+    listing and its file (an at-fork hook's thread does) hands its children to another
+    thread, perhaps one already read: then read them all again."""
+    for _ in range(_PROC_SCANS):
+        try:
+            for thread in os.listdir("/proc/self/task"):
+                fd = os.open(f"/proc/self/task/{thread}/children", os.O_RDONLY)
+                try:
+                    if os.read(fd, 1):
+                        return True
+                finally:
+                    os.close(fd)
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # the thread ended meanwhile
+        except OSError:
+            return True  # no such files here: look the slow way
+        return False
+    return True  # threads keep ending: look the slow way
 
 
 def _kill_the_rest():

@@ -96,3 +96,78 @@ def test_an_orphan_adopted_by_the_subreaper_worker_is_seen(ask):
             os.waitpid(grandchild, 0)
 
     assert _in_a_child_process(check) == 0
+
+
+class _ThreadThatEnds:
+    """A thread of the forked process that ends, at a chosen moment, while its
+    ``children`` file is about to be read (an at-fork hook's thread does: OpenTelemetry's
+    batch processors start one in every fork, which ends at once when it was shut down)."""
+
+    def __init__(self, start_child=False):
+        self.child = None
+        self.tid = None
+        started, self._end = threading.Event(), threading.Event()
+
+        def run():
+            self.tid = threading.get_native_id()
+            if start_child:  # its parent is this thread until it ends
+                self.child = subprocess.Popen(["sleep", "30"])
+            started.set()
+            self._end.wait()
+
+        self._thread = threading.Thread(target=run)
+        self._thread.start()
+        started.wait()
+
+    def end(self):
+        self._end.set()
+        self._thread.join()
+        deadline = time.monotonic() + 10
+        while os.path.exists(f"/proc/self/task/{self.tid}") and time.monotonic() < deadline:
+            time.sleep(0.001)  # until the kernel has let the thread go
+
+
+def _listing_main_thread_first():
+    """The threads' listing with this (the main) thread first, as the kernel lists them."""
+    tids = os.listdir("/proc/self/task")
+    main = str(threading.get_native_id())
+    return [main] + [tid for tid in tids if tid != main]
+
+
+def test_a_thread_that_ends_before_its_file_is_read_is_no_child(monkeypatch):
+    def check():
+        ending = _ThreadThatEnds()
+        listing = _listing_main_thread_first()
+        ending.end()  # it ends after the listing, before its file is opened
+        real = os.listdir
+        listings = iter([listing])
+        monkeypatch.setattr(os, "listdir", lambda path: next(listings, None) or real(path))
+        return not worker._has_children_in_proc()
+
+    assert _in_a_child_process(check) == 0
+
+
+def test_the_child_of_a_thread_that_ends_after_a_sibling_was_read_is_seen(monkeypatch):
+    """The kernel gives an ending thread's children to a live thread of the process: here
+    the main thread, whose file was read before; the scan must not miss them."""
+
+    def check():
+        ending = _ThreadThatEnds(start_child=True)
+        real_open = os.open
+
+        def open_ending_after_its_sibling(path, flags):
+            if path == f"/proc/self/task/{ending.tid}/children":
+                ending.end()
+            return real_open(path, flags)
+
+        real = os.listdir
+        listings = iter([_listing_main_thread_first()])
+        monkeypatch.setattr(os, "listdir", lambda path: next(listings, None) or real(path))
+        monkeypatch.setattr(os, "open", open_ending_after_its_sibling)
+        try:
+            return worker._has_children_in_proc()
+        finally:
+            ending.child.kill()
+            ending.child.wait()
+
+    assert _in_a_child_process(check) == 0

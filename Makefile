@@ -266,21 +266,25 @@ test-compat:
 	@$(MAKE) --no-print-directory -k -j$(STACK_JOBS) --output-sync=target $(STACK_TARGETS) \
 		VENV=.venv-compat
 
-# Drain rate and enqueue->start latency of atpd (see bench/daemon.py), then 3 minutes of
-# a steady stream at a third of the drain rate (bench/stream.py), on SQLite and, when it
-# answers, on PostgreSQL (its database $(ATP_BENCH_DATABASE_URL) is recreated).
+# Drain rate and enqueue->start latency of atpd (see bench/daemon.py), what an idle
+# daemon's lone rounds cost (bench/rounds.py), then 3 minutes of a steady stream at a
+# third of the drain rate (bench/stream.py), on SQLite and, when it answers, on
+# PostgreSQL (its database $(ATP_BENCH_DATABASE_URL) is recreated).
 bench: $(VENV)/.installed
 	env -u ATP_BENCH_DATABASE_URL $(PY) -m bench.daemon
+	env -u ATP_BENCH_DATABASE_URL $(PY) -m bench.rounds
 	env -u ATP_BENCH_DATABASE_URL $(PY) -m bench.stream $(STREAM_ARGS)
 	@if $(PY) -c 'import psycopg; psycopg.connect("$(ATP_BENCH_DATABASE_URL)".rsplit("/", 1)[0] + "/postgres", connect_timeout=5).close()' 2>/dev/null; then \
 		ATP_BENCH_DATABASE_URL=$(ATP_BENCH_DATABASE_URL) $(PY) -m bench.daemon && \
+		ATP_BENCH_DATABASE_URL=$(ATP_BENCH_DATABASE_URL) $(PY) -m bench.rounds && \
 		ATP_BENCH_DATABASE_URL=$(ATP_BENCH_DATABASE_URL) $(PY) -m bench.stream $(STREAM_ARGS); \
 	else \
 		echo "== PostgreSQL at $(ATP_BENCH_DATABASE_URL) does not answer: skipped"; \
 	fi
 	@if $(call mysql_answers,$(ATP_BENCH_MYSQL_URL)) 2>/dev/null; then \
 		$(MAKE) --no-print-directory $(VENV)/.mysql && \
-		ATP_BENCH_DATABASE_URL=$(ATP_BENCH_MYSQL_URL) $(PY) -m bench.daemon; \
+		ATP_BENCH_DATABASE_URL=$(ATP_BENCH_MYSQL_URL) $(PY) -m bench.daemon && \
+		ATP_BENCH_DATABASE_URL=$(ATP_BENCH_MYSQL_URL) $(PY) -m bench.rounds; \
 	else \
 		echo "== MariaDB/MySQL at $(ATP_BENCH_MYSQL_URL) does not answer: skipped"; \
 	fi

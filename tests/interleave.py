@@ -82,6 +82,7 @@ def interleave(first, second, *, pause_after):
     def pause_once(execute, sql, params, many, context):
         result = execute(sql, params, many, context)
         if not reached.is_set() and pattern.search(sql.replace("`", '"')):
+            _until_the_server_ran_it(context["cursor"])
             reached.set()
             go.wait(TIMEOUT_SECONDS)
         return result
@@ -108,6 +109,24 @@ def interleave(first, second, *, pause_after):
     two.join(TIMEOUT_SECONDS)
     assert not one.is_alive() and not two.is_alive(), "an interleaved call never returned"
     return one.outcome, two.outcome
+
+
+def _until_the_server_ran_it(cursor):
+    """Return once the server has run the statement ``cursor`` just sent: at once, but
+    in psycopg's pipeline mode (``atp.engine.postgresql._together``), where executing
+    only sends it, read its rows (which has the server answer so far) and put the
+    cursor back at its first row for the caller."""
+    raw = cursor.cursor
+    pgconn = getattr(getattr(raw, "connection", None), "pgconn", None)
+    if pgconn is None or not pgconn.pipeline_status:
+        return
+    import psycopg
+
+    try:
+        raw.fetchall()
+    except psycopg.ProgrammingError:  # a statement without rows, answered all the same
+        return
+    raw.scroll(0, mode="absolute")
 
 
 def _wait_until_done_or_blocked(thread):

@@ -16,6 +16,7 @@ with what explains them; this module binds their parameters and reads their rows
 
 import datetime
 import sys
+from contextlib import contextmanager
 
 from django.db import connections, transaction
 
@@ -118,9 +119,10 @@ def execute_claim(cursor, sql, params, *, within_limits=False):
     settings of ``bound_claim_plan``, the daemon's row locked, with ``within_limits`` its
     limited types', and the rows of the attempts to settle (``pks``). A plain claim, which
     locks the daemon's row itself, runs after ``bound_claim_plan`` alone (the cheaper
-    statement: an idle daemon's claim of one task waits for it). In one round trip where
-    the cursor binds on the client (each statement of the string still reads the database
-    as it is when that statement begins), else as statements of the caller's transaction."""
+    statement: an idle daemon's claim of one task waits for it). In one string where the
+    cursor binds on the client (each statement of the string still reads the database as
+    it is when that statement begins), else as statements of the caller's transaction
+    (``_together``)."""
     if not (within_limits or params.get("pks")):
         return _execute_after(cursor, SQL["bound_claim_plan"], sql, params)
     params = {"pks": [], "types": [], **params, "within_limits": within_limits}
@@ -226,13 +228,9 @@ def _locked_round(sql, params, within_limits=False):
     own); return its rows."""
     connection = connections[database()]
     with statement_cursor(connection) as cursor:
-        if connection.in_atomic_block or _binds_on_the_client(cursor):
+        with _together(connection, cursor):
             execute_claim(cursor, sql, params, within_limits=within_limits)
-            return cursor.fetchall()
-        # lock_round and the statement must share a transaction
-        with transaction.atomic(using=connection.alias):
-            execute_claim(cursor, sql, params, within_limits=within_limits)
-            return cursor.fetchall()
+        return cursor.fetchall()
 
 
 def next_due(type_ids, within):
@@ -242,14 +240,42 @@ def next_due(type_ids, within):
     connection = connections[database()]
     params = {"types": list(type_ids), "within": float(within)}
     with statement_cursor(connection) as cursor:
-        if connection.in_atomic_block or _binds_on_the_client(cursor):
+        with _together(connection, cursor):
             execute_planned(cursor, SQL["next_due"], params)
-            row = cursor.fetchone()
-        else:  # bound_claim_plan and the statement must share a transaction
-            with transaction.atomic(using=connection.alias):
-                execute_planned(cursor, SQL["next_due"], params)
-                row = cursor.fetchone()
+        row = cursor.fetchone()
     return None if row is None or row[0] is None else max(0.0, float(row[0]))
+
+
+@contextmanager
+def _together(connection, cursor):
+    """Have the statements run in the block (a statement that sets the planner or takes
+    the locks, then the one it prepares) share a transaction, in one round trip where
+    the cursor allows: the caller's transaction, or one string where the cursor binds on
+    the client (``_execute_after``); else psycopg's pipeline mode, where the statements
+    go out together with one Sync and the server runs what comes before it as one
+    transaction, committed at the Sync (no BEGIN, no COMMIT: a lone claim or settle of
+    an idle daemon waits for one answer, not four); else BEGIN and COMMIT. The block
+    only executes: its rows are read after it."""
+    if connection.in_atomic_block or _binds_on_the_client(cursor):
+        yield
+    elif _pipelines(connection):
+        with connection.wrap_database_errors, connection.connection.pipeline():
+            yield
+    else:
+        with transaction.atomic(using=connection.alias):
+            yield
+
+
+def _pipelines(connection):
+    """Whether ``connection`` (connected, in autocommit mode) can send a pipeline: psycopg
+    3 over a libpq that has the mode (14 and later)."""
+    if not connection.get_autocommit():
+        return False
+    try:
+        from psycopg import Pipeline
+    except ImportError:  # psycopg2
+        return False
+    return Pipeline.is_supported()
 
 
 def start(pk, attempt, daemon):

@@ -13,7 +13,10 @@ ended tasks 60 s, at a third of the rate those daemons drain the mix (or ``--rat
 
 It passes when the task table stays within rate x (retention + 60 s) rows and no
 minute after the first two has a p99 wait above 3 times the first two minutes' p99;
-it exits 1 otherwise. ``make soak`` runs it; its figures are in docs/performance.md.
+it exits 1 otherwise. Either way it prints the worst later minute by 10 s with where
+the CPU went (``bench.stream.MachineUse``: the daemons, the soak's PostgreSQL server, the
+benchmark, anything else, the hypervisor's steal). ``make soak`` runs it; its figures
+are in docs/performance.md.
 """
 
 import argparse
@@ -70,6 +73,16 @@ def verdict(result):
     print(f"p99 wait steady: {'yes' if steady else 'NO'} (worst later minute "
           f"{result['worst_later_minute_p99']:.1f} ms, limit {limit:.1f} ms = "
           f"{P99_GROWTH_LIMIT} x the first two minutes')")
+    worst = max(result["per_minute"][2:] or result["per_minute"], key=lambda m: m["p99"])
+    cpus = os.cpu_count()
+    print(f"the worst later minute ({worst['minute']}) by 10 s, and where the CPU went "
+          f"(CPU seconds; {cpus} CPUs have {10 * cpus} in 10 s):")
+    for window in result["per_10s"]:
+        if 60 * (worst["minute"] - 1) <= window["from_s"] < 60 * worst["minute"]:
+            spent = ", ".join(f"{group} {seconds:.1f}"
+                              for group, seconds in window.get("cpu_seconds", {}).items())
+            print(f"  from {window['from_s']} s: p50 {window['p50']:.1f} ms, p99 "
+                  f"{window['p99']:.1f} ms; {spent}")
     return bounded and steady
 
 

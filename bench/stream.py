@@ -22,6 +22,11 @@ long mixed workload on a stock PostgreSQL server.
 - Every 10 s: the rows of the task, history and queue tables (and their sizes on
   PostgreSQL) and the daemons' memory. The bound on the task table is what retention
   promises: rate x (retention + 60 s).
+- By 10 s of the stream (``per_10s`` in the JSON): the waits' p50 and p99, how busy
+  the machine was, and the CPU seconds the daemons, the database's PostgreSQL server,
+  this benchmark and everything else used, and the hypervisor's steal
+  (``MachineUse``): a slow window says whether the stream's own processes or something
+  else took the CPU.
 
 It prints a line a minute and a summary, and writes JSON to ``--json`` (default
 ``.bench/stream-<database>.json``).
@@ -141,6 +146,79 @@ class Producer(threading.Thread):
             connections.close_all()
 
 
+class MachineUse:
+    """Where the machine's CPU went, by group of processes: the daemons (their supervisors
+    and workers), the stream's PostgreSQL server (its postmaster and the processes it
+    started, when the database is a PostgreSQL server on this machine), this benchmark
+    (the producer and the monitor) and the rest; and the time the hypervisor gave to
+    other machines (steal). The rest is the machine's busy time less the groups': a
+    window where it is large is one where something outside the stream took the CPU."""
+
+    GROUPS = ("daemons", "postgres", "bench", "other", "steal")
+
+    def __init__(self, daemon_pids, server_pid=None):
+        import psutil
+
+        self.daemon_pids = set(daemon_pids)
+        self.server_pid = server_pid
+        self.processes = {}  # pid -> CPU seconds at the last reading
+        self.machine = psutil.cpu_times()
+        self.read(baseline=True)
+
+    def read(self, baseline=False):
+        """Return the CPU seconds each group used since the last reading."""
+        import psutil
+
+        used = dict.fromkeys(self.GROUPS, 0.0)
+        me, seen = os.getpid(), {}
+        for process in psutil.process_iter(["name", "ppid"]):
+            try:
+                times = process.cpu_times()
+            except psutil.Error:
+                continue
+            seen[process.pid] = times.user + times.system
+            # A process first seen now started since the last reading: all its time counts.
+            spent = 0.0 if baseline else seen[process.pid] - self.processes.get(process.pid, 0.0)
+            group = self._group(process, me)
+            if group is not None:
+                used[group] += max(spent, 0.0)
+        self.processes = seen
+        machine, before = psutil.cpu_times(), self.machine
+        self.machine = machine
+        busy = sum(getattr(machine, field, 0.0) - getattr(before, field, 0.0)
+                   for field in ("user", "nice", "system", "irq", "softirq"))
+        used["steal"] = getattr(machine, "steal", 0.0) - getattr(before, "steal", 0.0)
+        used["other"] = max(0.0, busy - used["daemons"] - used["postgres"] - used["bench"])
+        return used
+
+    def _group(self, process, me):
+        if process.pid == me:
+            return "bench"
+        if process.pid in self.daemon_pids or process.info["ppid"] in self.daemon_pids:
+            return "daemons"
+        if self.server_pid is not None and self.server_pid in (process.pid, process.info["ppid"]):
+            return "postgres"
+        return None
+
+
+def server_pid():
+    """Return the process id of the PostgreSQL server the benchmark's database is on, when
+    it runs on this machine (the parent of this connection's backend); else None."""
+    import psutil
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        return None
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        backend = cursor.fetchone()[0]
+    try:
+        server = psutil.Process(backend).parent()
+    except psutil.Error:  # another machine's, or another container's
+        return None
+    return None if server is None or not server.name().startswith("postgres") else server.pid
+
+
 class Monitor(threading.Thread):
     """Read each task's wait once it started, and sample the tables and the daemons."""
 
@@ -152,6 +230,7 @@ class Monitor(threading.Thread):
         self.waits = {}  # minute -> [ms]
         self.waits_10s = {}  # ten seconds -> [ms], to find what a bad minute hides
         self.cpu_10s = {}  # ten seconds -> [% of all CPUs busy, each second]
+        self.use_10s = {}  # ten seconds -> {group: CPU seconds} (MachineUse)
         self.began_monotonic = time.monotonic()
         self.samples = []
         self.cursor = 0
@@ -162,11 +241,15 @@ class Monitor(threading.Thread):
 
         next_sample = 0.0
         psutil.cpu_percent()
+        machine = MachineUse((daemon.pid for daemon in self.daemons), server_pid())
         try:
             while not self.stopped.wait(1.0):
                 # How busy the whole machine was, second by second, by ten seconds.
                 second = int((time.monotonic() - self.began_monotonic) // 10)
                 self.cpu_10s.setdefault(second, []).append(psutil.cpu_percent())
+                window = self.use_10s.setdefault(second, dict.fromkeys(MachineUse.GROUPS, 0.0))
+                for group, seconds in machine.read().items():
+                    window[group] += seconds
                 self.read_waits()
                 if time.monotonic() >= next_sample:
                     self.samples.append(self.sample())
@@ -289,7 +372,9 @@ def summarise(minutes, rate, retention, producer, monitor):
         "worst_later_minute_p99": max(m["p99"] for m in later),
         "per_minute": per_minute,
         "per_10s": [{"from_s": 10 * key, "tasks": len(values), **quantiles(values),
-                     "cpu_busy_max": max(monitor.cpu_10s.get(key, [0]))}
+                     "cpu_busy_max": max(monitor.cpu_10s.get(key, [0])),
+                     "cpu_seconds": {group: round(seconds, 2) for group, seconds
+                                     in monitor.use_10s.get(key, {}).items()}}
                     for key, values in sorted(monitor.waits_10s.items())],
         "samples": samples,
         "tasks_max": max((s["tasks"] for s in samples), default=0), "tasks_bound": bound,

@@ -13,6 +13,7 @@ a PostgreSQL or MariaDB/MySQL database named there is dropped and created anew.
 """
 
 import argparse
+import tempfile
 import time
 
 from bench.daemon import TYPE, machine_line, machine_reference, prepare_database
@@ -38,8 +39,6 @@ def main():
     parser.add_argument("--calls", type=int, default=1000)
     options = parser.parse_args()
     url = prepare_database()
-    import tempfile
-
     from django.db import connection
 
     import atp

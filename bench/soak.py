@@ -73,12 +73,11 @@ def verdict(result):
     print(f"p99 wait steady: {'yes' if steady else 'NO'} (worst later minute "
           f"{result['worst_later_minute_p99']:.1f} ms, limit {limit:.1f} ms = "
           f"{P99_GROWTH_LIMIT} x the first two minutes')")
-    worst = max(result["per_minute"][2:] or result["per_minute"], key=lambda m: m["p99"])
-    cpus = os.cpu_count()
-    print(f"the worst later minute ({worst['minute']}) by 10 s, and where the CPU went "
+    worst, cpus = result["worst_later_minute"], os.cpu_count()
+    print(f"the worst later minute ({worst}) by 10 s, and where the CPU went "
           f"(CPU seconds; {cpus} CPUs have {10 * cpus} in 10 s):")
     for window in result["per_10s"]:
-        if 60 * (worst["minute"] - 1) <= window["from_s"] < 60 * worst["minute"]:
+        if 60 * (worst - 1) <= window["from_s"] < 60 * worst:
             spent = ", ".join(f"{group} {seconds:.1f}"
                               for group, seconds in window.get("cpu_seconds", {}).items())
             print(f"  from {window['from_s']} s: p50 {window['p50']:.1f} ms, p99 "

@@ -369,6 +369,7 @@ def summarise(minutes, rate, retention, producer, monitor):
         "wait": quantiles(every), "first_minutes_wait": quantiles(first),
         "worst_minute_p50": max(m["p50"] for m in per_minute),
         "worst_minute_p99": max(m["p99"] for m in per_minute),
+        "worst_later_minute": max(later, key=lambda m: m["p99"])["minute"],
         "worst_later_minute_p99": max(m["p99"] for m in later),
         "per_minute": per_minute,
         "per_10s": [{"from_s": 10 * key, "tasks": len(values), **quantiles(values),

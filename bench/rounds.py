@@ -4,7 +4,8 @@
 
 A task that comes alone, as in a steady stream below the drain rate, costs the
 supervisor rounds of its own: a claim of one task (started), then, once its worker
-reports, a settle of one end; between tasks, an idle daemon claims nothing and asks
+reports, a settle of one end, or with the claim of the next task when one waits (a
+busy daemon's round, as in ``make soak``); between tasks, an idle daemon claims nothing and asks
 when the next delayed task comes due. Each is timed here in this process (no daemon,
 no worker), ``--calls`` times after a warm-up: its wall time and this process's CPU
 (the client's side of the round: Django, psycopg, the engine's Python) per call. The
@@ -59,11 +60,18 @@ def main():
         [task] = claimed
         engine.settle(daemon, [Outcome(task.pk, task.attempt, Status.FINISHED)])
 
+    def settle_and_claim_one():
+        [task] = claimed
+        _, claimed[:] = engine.settle_and_claim(
+            daemon, [Outcome(task.pk, task.attempt, Status.FINISHED)], 1, type_ids, start=1)
+
     verbs = {
         "claim, nothing to claim": (lambda: engine.claim_for_daemon(daemon, 1, type_ids), None),
         "next due time": (lambda: engine.next_due(type_ids, 1.0), None),
         "claim of one task, started": (claim_one, lambda: atp.enqueue(TYPE)),
         "settle of one end": (settle_one, lambda: (atp.enqueue(TYPE), claim_one())),
+        "settle of one end with the next claim": (
+            settle_and_claim_one, lambda: (atp.enqueue(TYPE), claimed or claim_one())),
     }
     print(f"{options.calls} calls each, after {WARM_UP}: per call")
     print("| round | wall | CPU of this process |\n|---|---|---|")

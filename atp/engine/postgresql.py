@@ -100,14 +100,25 @@ def _load_times_in_c(connection, cursor):
 def _preparing_cursor_class():
     if "class" not in _preparing:
         try:
-            from django.db.backends.postgresql.base import ServerBindingCursor
+            from psycopg import RawCursor
+            from psycopg.types.array import ListBinaryDumper
         except ImportError:  # psycopg2: nothing is prepared
             _preparing["class"] = None
         else:
-            class PreparingCursor(ServerBindingCursor):
-                """Binds on the server and has each statement prepared."""
+            class PreparingCursor(RawCursor):
+                """Binds on the server and has each statement prepared; takes the engine's
+                statements with the driver's placeholders and sends them numbered
+                (``statements.numbered``), lists binary (as ``%(name)b`` asks)."""
+
+                def __init__(self, *args, **kwargs):
+                    super().__init__(*args, **kwargs)
+                    self.adapters.register_dumper(list, ListBinaryDumper)
 
                 def execute(self, query, params=None, *, prepare=True, **options):
+                    if params is not None:
+                        query, names = statements.numbered(query)
+                        if names is not None:
+                            params = [params[name] for name in names]
                     return super().execute(query, params, prepare=prepare, **options)
 
             _preparing["class"] = PreparingCursor

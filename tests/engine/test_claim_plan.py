@@ -15,11 +15,10 @@ from django.utils import timezone
 
 import atp
 from atp import engine
-from atp.engine import postgresql
+from atp.engine import postgresql, statements
 from atp.engine.orm import runnable_keys_statement
 from atp.models import Type
 from tests.bulk import unchecked_references
-from tests.engine.test_statements import numbered
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 
@@ -209,14 +208,14 @@ def test_the_sqlite_engines_claims_walk_the_claim_index(noop_type, daemon, stati
 def kept_plan(sql, params):
     """Return the plan PostgreSQL keeps for ``sql`` as the daemon runs it: prepared on the
     connection, and planned once, generically, under ``bound_claim_plan``."""
+    text, order = statements.numbered(sql)
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT name, parameter_types::text[] FROM pg_prepared_statements "
-            "WHERE statement = %s", [numbered(sql)])
+            "WHERE statement = %s", [text])
         row = cursor.fetchone()
         assert row is not None, "the daemon's statement is not prepared"
         name, types = row
-        order = list(dict.fromkeys(re.findall(r"%\((\w+)\)[sb]", sql)))
         cursor.execute(postgresql.SQL["bound_claim_plan"])
         arguments = ", ".join(f"%s::{kind}" for kind in types)
         cursor.execute(f"EXPLAIN (FORMAT JSON) EXECUTE {name}({arguments})",

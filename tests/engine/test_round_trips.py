@@ -16,7 +16,7 @@ import atp
 from atp.engine import claim as claims
 from atp.engine.engines import engine
 from atp.engine.outcomes import Outcome
-from atp.engine.postgresql import _together, statement_cursor
+from atp.engine.postgresql import SQL, _together, statement_cursor
 from atp.models import Instance, LogRecord
 from atp.states import Status
 
@@ -131,3 +131,22 @@ def test_statements_left_unrun_by_a_failure_run_the_next_time():
                 assert fails
             else:
                 assert not fails and cursor.fetchone() == (2,)
+
+
+def test_the_longest_statements_are_not_read_again_at_each_run(noop_type, daemon, monkeypatch):
+    """psycopg reads a statement's placeholders anew at every run when it is over 4 KiB
+    (it caches shorter ones), as a settle with the next claim is: the engine sends its
+    statements numbered, read once (``statements.numbered``)."""
+    from psycopg import _queries
+
+    assert len(SQL["settle_and_claim"]) > _queries.MAX_CACHED_STATEMENT_LENGTH
+    for _ in range(3):
+        atp.enqueue("tests.noop")
+    [task] = claims.claim_for_daemon(daemon, 1, [noop_type.pk], start=1)
+    reads, read = [], _queries._query2pg_nocache
+    monkeypatch.setattr(_queries, "_query2pg_nocache",
+                        lambda query, encoding: reads.append(query) or read(query, encoding))
+    for _ in range(2):
+        _, [task] = claims.settle_and_claim(
+            daemon, [Outcome(task.pk, task.attempt, Status.FINISHED)], 1, [noop_type.pk], start=1)
+    assert reads == []

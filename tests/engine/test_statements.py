@@ -100,14 +100,6 @@ def steps(sql):
     return found
 
 
-def numbered(sql):
-    """Return ``sql`` with its ``%(name)s`` (and binary ``%(name)b``) placeholders numbered
-    as psycopg sends them."""
-    numbers = {}
-    return re.sub(r"%\((\w+)\)[sb]", lambda match: f"${numbers.setdefault(match[1], len(numbers) + 1)}",
-                  sql).replace("%%", "%")
-
-
 def columns_of(model):
     return [field.column for field in model._meta.concrete_fields]
 
@@ -181,6 +173,15 @@ def test_a_file_is_read_as_named_whole_statements():
         statements.parse("-- name: one\nSELECT 1;\n-- name: one\nSELECT 2;\n")
 
 
+def test_placeholders_are_numbered_as_postgresql_takes_them():
+    assert statements.numbered("SELECT %(a)s, %(b)b, %(a)s::text || '%%'") == (
+        "SELECT $1, $2, $1::text || '%'", ["a", "b"])
+    assert statements.numbered("SELECT %s, %b") == ("SELECT $1, $2", None)
+    assert statements.numbered("SELECT 1") == ("SELECT 1", [])
+    with pytest.raises(ValueError, match="all named or all positional"):
+        statements.numbered("SELECT %(a)s, %s")
+
+
 def test_every_guard_make_guards_removes_is_written_where_it_says():
     from tests.guards import GUARDS, PROJECT_ROOT
 
@@ -197,7 +198,7 @@ def test_every_postgresql_statement_is_prepared_by_the_server_and_returns_model_
     server = connection.connection.pgconn
     for name, sql in statements.load("postgresql").items():
         handle = f"atp_rendered_{name}".encode()
-        prepared = server.prepare(handle, numbered(sql).encode())
+        prepared = server.prepare(handle, statements.numbered(sql)[0].encode())
         assert prepared.status == pq.ExecStatus.COMMAND_OK, (name, prepared.error_message)
         described = server.describe_prepared(handle)
         fields = [described.fname(index).decode() for index in range(described.nfields)]

@@ -8,6 +8,7 @@ statements by name, each as it is written less its comment lines, blank lines an
 ``;``: nothing is added or rewritten when a verb runs. Placeholders are the driver's
 (``%(name)s``, ``%s``; PostgreSQL's arrays are sent binary, ``%(name)b``: psycopg dumps a
 list as text in Python, five times slower), and a ``%`` of SQL itself is written ``%%``.
+``numbered`` turns a statement's placeholders into PostgreSQL's own (``$1``), once.
 """
 
 import functools
@@ -16,6 +17,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 NAME_LINE = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
+#: A placeholder of the driver's (``%(name)s``, ``%s``; ``b`` and ``t`` as for ``s``), or
+#: a ``%%``.
+PLACEHOLDER = re.compile(r"%(?:(%)|\((\w+)\)[sbt]|[sbt])")
 
 
 class StatementsFileError(ValueError):
@@ -42,3 +46,33 @@ def parse(text, source="<text>"):
             raise StatementsFileError(f"{source}: {name!r} is named twice")
         found[name] = sql[:-1]
     return found
+
+
+@functools.lru_cache(maxsize=256)
+def numbered(sql):
+    """Return ``(sql with $1, $2... for its placeholders, their names in that order)``:
+    a name used twice is one parameter; the names are None where the placeholders are
+    positional (``%s``), empty where there are none. ``%%`` becomes ``%``. Raise ``ValueError`` for a statement
+    that mixes named and positional placeholders.
+
+    PostgreSQL's own placeholders go to the server as written: psycopg reads the
+    driver's anew at every run of a statement over 4 KiB (it caches only shorter ones),
+    which the longest claims are."""
+    names, positional = [], 0
+
+    def number(match):
+        nonlocal positional
+        if match.group(1):
+            return "%"
+        name = match.group(2)
+        if name is None:
+            positional += 1
+            return f"${positional}"
+        if name not in names:
+            names.append(name)
+        return f"${names.index(name) + 1}"
+
+    text = PLACEHOLDER.sub(number, sql)
+    if names and positional:
+        raise ValueError("a statement's placeholders are all named or all positional")
+    return text, (None if positional else names)

@@ -133,14 +133,6 @@ def enqueue_due_schedules():
     return enqueued, seconds
 
 
-def purge_expired():
-    """Delete a batch of each type's ended tasks past its retention, and of its tombstones
-    past its ``dedup_window``; return how many rows went, and whether more is due (a
-    batch was full): the supervisor calls it again a moment later while it is, so that
-    retention keeps pace with what ends."""
-    return engine.purge_due()
-
-
 def tend_queue_table():
     """Analyze or vacuum the queue table when autovacuum lags (PostgreSQL; see ``atp.engine.upkeep``)."""
     return upkeep.tend_queue_table()

@@ -8,8 +8,8 @@ maintenance duties that are due (``atp.daemon.duties``: among them the batches w
 members all ended and the due runs of schedules), and, when the claim policy calls
 for one (``atp.daemon.claiming``), a claim that starts tasks for the idle workers and
 queues a few more behind busy ones when tasks are short (``atp.daemon.prefetch``);
-last, the duties that wait for the round's own work: a batch of the ended tasks
-retention lets go, batch after batch, a moment apart, while some are due. A database
+last, the duties that wait for the round's own work: the ended tasks retention lets
+go, in short turns a moment apart while some are due (``atp.daemon.retention``). A database
 that goes away puts the loop in outage mode: running tasks go on, database work is
 retried with back-off.
 """
@@ -39,6 +39,7 @@ from atp.daemon.outage import (
 )
 from atp.daemon.pool import WorkerPool, exit_cause
 from atp.daemon.prefetch import Pace, distribute, weight
+from atp.daemon.retention import Retention
 from atp.daemon.stopping import (
     Assignment,
     Ending,
@@ -63,10 +64,6 @@ logger = logging.getLogger(__name__)
 
 CONTROL_INTERVAL_SECONDS = 0.5
 MAX_WAIT_SECONDS = 1.0
-#: After a purge that found a full batch (more is due), before the next: the loop's own
-#: work (ends, claims) goes between them, and retention still keeps pace (a batch of 500
-#: takes ~50 ms on PostgreSQL).
-PURGE_GAP_SECONDS = 0.05
 
 
 class Reports:
@@ -120,6 +117,7 @@ class Supervisor:
         self.outage = Outage()
         self.contention = Contention()
         self.claims = ClaimPolicy(config.poll_interval)
+        self.retention = Retention()
         self.heartbeats = Every(conf.HEARTBEAT_INTERVAL_SECONDS)
         self.controls = Every(CONTROL_INTERVAL_SECONDS)
         # Other daemons' heartbeat counters, and the pulses of open batches' blocks, as
@@ -146,10 +144,10 @@ class Supervisor:
             # Every poll, and when the first schedule comes due, if before the next poll.
             Duty("enqueueing what came due", poll, self._enqueue_due, is_paced=True,
                  while_stopping=False),
-            # After the round's own work; batch after batch, a moment apart, while some
-            # are due, so that retention keeps pace with what ends.
-            Duty("purging ended tasks and tombstones", heartbeat, self._purge, is_paced=True,
-                 after_claim=True, while_stopping=False),
+            # After the round's own work; in short turns, a moment apart, while some are
+            # due, so that retention keeps pace with what ends and holds no round back.
+            Duty("purging ended tasks and tombstones", heartbeat, self.retention.purge,
+                 is_paced=True, after_claim=True, while_stopping=False),
         ]
 
     # -- the loop ------------------------------------------------------------------
@@ -429,13 +427,6 @@ class Supervisor:
         enqueued, seconds = done
         self.claims.enqueued(enqueued)
         return seconds
-
-    @staticmethod
-    def _purge():
-        """Purge a batch of what retention lets go; return how soon to purge again (None:
-        at the next turn), soon while a batch was full (more is due)."""
-        _, more = maintenance.purge_expired()
-        return PURGE_GAP_SECONDS if more else None
 
     def _settle(self):
         """Write the ends the workers reported since the last round, and the starts of

@@ -31,9 +31,10 @@ from atp.engine.lifecycle import (
 from atp.engine.maintenance import (
     delete_ended,
     delete_task,
-    purge_due,
     purge_finished,
+    purge_plan,
     purge_tombstones,
+    purge_type_due,
 )
 from atp.engine.pull import complete, expire_leases, extend_lease, lease_tasks
 from atp.engine.records import get_response, log, set_progress, set_response
@@ -64,7 +65,7 @@ __all__ = [
     "NOT_FOR_PULL",
     "cancel", "claim_for_daemon", "complete", "expire_leases", "extend_lease", "lease_tasks", "register_pull_type", "declare_schedule", "delete_ended", "delete_schedule", "delete_task", "dequeue", "enqueue", "enqueue_due", "enqueue_many", "enqueue_on_commit", "fail", "fail_or_retry", "finish",
     "get_response", "get_type", "next_due", "hand_back", "heartbeat", "heartbeat_counters", "log", "pause", "pause_type",
-    "prune_daemons", "purge_due", "purge_finished", "purge_tombstones", "purge_type", "reap_daemon", "reenqueue", "register_daemon", "release",
+    "prune_daemons", "purge_plan", "purge_type_due", "purge_finished", "purge_tombstones", "purge_type", "reap_daemon", "reenqueue", "register_daemon", "release",
     "register_task_type", "restart", "restart_leases", "resume", "resume_type", "retire_daemon", "run_again", "run_now",
     "save_schedule", "seconds_to_next_run", "serve_types", "set_schedule_enabled", "set_progress", "settle", "settle_and_claim", "set_response", "set_status", "start", "start_and_load",
     "sync_declared_schedules", "sync_declared_types", "unregister_task_type", "update_task_type",

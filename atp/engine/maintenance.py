@@ -188,23 +188,28 @@ def _purge_tombstone_batch(type_id, window, batch_size):
     return deleted
 
 
-def purge_due(*, batch_size=None):
-    """Delete one batch of each type's ended tasks past its ``retention``, and one of its
-    tombstones past its ``dedup_window``, each batch in a transaction of its own; return
-    how many rows went, and whether a batch was full (more is due: call it again).
+def purge_plan():
+    """Return the keys of every type, in key order: the types a sweep of retention goes
+    through (``purge_type_due``)."""
+    return list(Type.objects.order_by("pk").values_list("pk", flat=True))
 
-    The daemons' retention: called again a moment later while a batch was full, so that
-    it keeps pace with what ends; each call costs a query a type when nothing is due.
-    """
-    batch_size = batch_size or conf.PURGE_BATCH_SIZE
-    gone, more = 0, False
-    for type_id, retention, window in Type.objects.values_list("pk", "retention", "dedup_window"):
-        deleted = [_purge_tombstone_batch(type_id, window, batch_size)]
-        if retention is not None:
-            deleted.append(_purge_batch(type_id, retention, batch_size))
-        gone += sum(deleted)
-        more = more or batch_size in deleted
-    return gone, more
+
+def purge_type_due(type_id, batch_size):
+    """Delete one batch of type ``type_id``'s ended tasks past its ``retention`` and one of
+    its tombstones past its ``dedup_window``, as the type is now, each batch in a
+    transaction of its own; return how many rows went, and whether a batch was full
+    (more is due: call it again). A type gone deletes nothing.
+
+    The daemons' retention (``atp.daemon.retention``): it costs a query or two when
+    nothing is due."""
+    settings = Type.objects.filter(pk=type_id).values_list("retention", "dedup_window").first()
+    if settings is None:
+        return 0, False
+    retention, window = settings
+    deleted = [_purge_tombstone_batch(type_id, window, batch_size)]
+    if retention is not None:
+        deleted.append(_purge_batch(type_id, retention, batch_size))
+    return sum(deleted), batch_size in deleted
 
 
 def purge_finished(older_than=None, type=None, *, batch_size=None, max_batches=None):

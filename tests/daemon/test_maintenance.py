@@ -152,16 +152,6 @@ def test_a_daemon_of_another_machine_with_this_host_name_is_not_reaped(noop_type
     assert "reports this host's name" in caplog.text
 
 
-def test_expired_tasks_are_purged_a_batch_at_a_time(db):
-    atp.register_task_type("tests.brief", "tests.handlers.noop", retention=60)
-    ended = [TaskFactory(type=atp.get_type("tests.brief"), status=Status.FINISHED) for _ in range(3)]
-    Instance.objects.update(finished=F("finished") - datetime.timedelta(minutes=5))
-    with override_settings(ATP_PURGE_BATCH_SIZE=2):
-        assert maintenance.purge_expired() == (2, True)  # a full batch: more may be due
-        assert maintenance.purge_expired() == (1, False)
-    assert not Instance.objects.filter(pk__in=[e.pk for e in ended]).exists()
-
-
 def test_long_stopped_daemons_are_forgotten_once_no_task_records_them(noop_type):
     forgotten, recorded, holding = (engine.register_daemon() for _ in range(3))
     TaskFactory(type=noop_type, status=Status.FINISHED, daemon=recorded)
@@ -215,16 +205,6 @@ def test_a_killed_daemons_tasks_finish_elsewhere_and_never_run_twice_at_once(sta
     assert {int(line.split()[0]) for line in ran if line} == {task.pk for task in tasks}
     assert Daemon.objects.get(pid=doomed.pid).stopped is not None
     assert os.path.exists(tmp_path / "attempts.log")
-
-
-def test_each_type_gets_its_turn_at_purging(db):
-    first = atp.register_task_type("tests.first", "tests.handlers.noop", retention=60)
-    second = atp.register_task_type("tests.second", "tests.handlers.noop", retention=60)
-    TaskFactory(type=second, status=Status.FINISHED)
-    Instance.objects.update(finished=F("finished") - datetime.timedelta(minutes=5))
-    TaskFactory(type=first, status=Status.FINISHED)  # recent: nothing to purge there
-    assert maintenance.purge_expired() == (1, False)
-    assert Instance.objects.filter(type=second).count() == 0
 
 
 namespaces = pytest.mark.skipif(not can_make_namespaces(), reason="needs root and unshare")

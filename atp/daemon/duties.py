@@ -9,8 +9,8 @@ table of ``Duty`` rows (``Supervisor._duties``), and one ``Duties`` runs the row
 are due, in the table's order, from the loop's database round.
 
 - A duty is due again ``interval`` seconds after the round it ran in; a paced one
-  (``is_paced``) returns how soon it wants to run again, when sooner: a purge that found
-  a full batch, a schedule due before the next poll.
+  (``is_paced``) returns how soon it wants to run again, when sooner: a purge whose sweep
+  is not done, a schedule due before the next poll.
 - A duty ``after_claim`` runs after the round's claim and writes, not before: work
   that may wait a moment for the tasks' own.
 - A duty not run ``while_stopping`` waits while the daemon drains.

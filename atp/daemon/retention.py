@@ -7,10 +7,13 @@ while it does. A purge deletes each task's rows from five tables: under ``make s
 a batch of 500 took 200–300 ms on a busy machine, every few seconds, and the p99 wait
 rose by as much once retention began. So a turn of the purge works for at most
 ``BUDGET_SECONDS`` (its last step may overrun that by one step), in steps of at most
-``STEP`` tasks (``ATP_PURGE_BATCH_SIZE`` when smaller), each its own transaction, and
-leaves the rest to a turn ``GAP_SECONDS`` later: the loop's rounds go between. One
-sweep goes through every type, staying on a type while its batches come back full;
-once a sweep is done the next waits for the duty's interval (a heartbeat).
+``STEP_TASKS`` tasks (``ATP_PURGE_BATCH_SIZE`` when smaller), each its own transaction,
+and leaves the rest to a turn ``GAP_SECONDS`` after it: the loop's rounds go between.
+
+A sweep steps through every type once, then again through those whose step came back
+full (more may be due), in turn, until none does; the next sweep, which takes on the
+types registered meanwhile, begins at the duty's interval (a heartbeat). A type whose
+step fails is left to the next sweep: it holds no other back.
 """
 
 import time
@@ -19,32 +22,37 @@ from atp import engine
 from atp.conf import conf
 
 #: The most ended tasks one step of a turn deletes, in one transaction.
-STEP = 50
+STEP_TASKS = 50
 #: How long a turn may purge before it leaves the rest to the next.
 BUDGET_SECONDS = 0.02
-#: Between two turns of a sweep that is not done: the loop's own work goes between, and
-#: retention still keeps pace (at least STEP tasks every 70 ms).
+#: From the end of a turn to the next while the sweep is not done: the loop's own work
+#: goes between.
 GAP_SECONDS = 0.05
 
 
 class Retention:
-    """The sweep under way: the types it has yet to find clean, in key order."""
+    """The sweep under way: the types it has yet to step through in this pass, and those
+    whose step came back full, to step through again."""
 
     def __init__(self, clock=time.monotonic):
         self.clock = clock
         self.pending = []
+        self.again = []
 
     def purge(self):
         """Purge for one turn; return how soon the next turn is due while the sweep is not
         done, else None (at the duty's interval)."""
         began = self.clock()
-        if not self.pending:
+        if not (self.pending or self.again):
             self.pending = engine.purge_plan()
-        step = min(STEP, conf.PURGE_BATCH_SIZE)
-        while self.pending:
-            _, full = engine.purge_type_due(self.pending[0], step)
-            if not full:
-                del self.pending[0]
+        step = min(STEP_TASKS, conf.PURGE_BATCH_SIZE)
+        while self.pending or self.again:
+            if not self.pending:
+                self.pending, self.again = self.again, []
+            type_id = self.pending.pop(0)
+            _, full = engine.purge_type_due(type_id, step)
+            if full:
+                self.again.append(type_id)
             if self.clock() - began >= BUDGET_SECONDS:
                 break
-        return GAP_SECONDS if self.pending else None
+        return GAP_SECONDS if self.pending or self.again else None

@@ -121,6 +121,12 @@ def _preparing_cursor_class():
                             params = [params[name] for name in names]
                     return super().execute(query, params, prepare=prepare, **options)
 
+                def executemany(self, query, params_seq, **options):
+                    query, names = statements.numbered(query)
+                    if names is not None:
+                        params_seq = [[params[name] for name in names] for params in params_seq]
+                    return super().executemany(query, params_seq, **options)
+
             _preparing["class"] = PreparingCursor
     return _preparing["class"]
 

@@ -175,11 +175,22 @@ def test_a_file_is_read_as_named_whole_statements():
 
 def test_placeholders_are_numbered_as_postgresql_takes_them():
     assert statements.numbered("SELECT %(a)s, %(b)b, %(a)s::text || '%%'") == (
-        "SELECT $1, $2, $1::text || '%'", ["a", "b"])
+        "SELECT $1, $2, $1::text || '%'", ("a", "b"))
     assert statements.numbered("SELECT %s, %b") == ("SELECT $1, $2", None)
-    assert statements.numbered("SELECT 1") == ("SELECT 1", [])
-    with pytest.raises(ValueError, match="all named or all positional"):
-        statements.numbered("SELECT %(a)s, %s")
+    assert statements.numbered("SELECT 1") == ("SELECT 1", ())
+
+
+@pytest.mark.parametrize(("sql", "why"), [
+    ("SELECT %(a)s, %s", "all named or all positional"),
+    ("SELECT %(a)s, %(a)b", "'a' is given two formats"),
+    ("SELECT %(a)d", "is no placeholder"),
+    ("SELECT %(a-b)s", "is no placeholder"),
+    ("SELECT 5 % 2", "is no placeholder"),
+    ("SELECT 5 %", "is no placeholder"),
+])
+def test_what_the_driver_refuses_is_refused_before_it_is_numbered(sql, why):
+    with pytest.raises(ValueError, match=why):
+        statements.numbered(sql)
 
 
 def test_every_guard_make_guards_removes_is_written_where_it_says():

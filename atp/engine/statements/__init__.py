@@ -17,9 +17,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 NAME_LINE = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
-#: A placeholder of the driver's (``%(name)s``, ``%s``; ``b`` and ``t`` as for ``s``), or
-#: a ``%%``.
-PLACEHOLDER = re.compile(r"%(?:(%)|\((\w+)\)[sbt]|[sbt])")
+#: A ``%`` and what follows it: a placeholder of the driver's (``%(name)s``, ``%s``; ``b``
+#: and ``t`` as for ``s``), a ``%%``, or (``other``) a mistake.
+PERCENT = re.compile(r"%(?:(?P<percent>%)|\((?P<name>\w+)\)(?P<named>[sbt])|(?P<format>[sbt])"
+                     r"|(?P<other>\(.*?\).|.|$))", re.DOTALL)
 
 
 class StatementsFileError(ValueError):
@@ -52,27 +53,32 @@ def parse(text, source="<text>"):
 def numbered(sql):
     """Return ``(sql with $1, $2... for its placeholders, their names in that order)``:
     a name used twice is one parameter; the names are None where the placeholders are
-    positional (``%s``), empty where there are none. ``%%`` becomes ``%``. Raise ``ValueError`` for a statement
-    that mixes named and positional placeholders.
+    positional (``%s``), empty where there are none. ``%%`` becomes ``%``. Raise
+    ``ValueError`` for what the driver refuses too: placeholders named and positional
+    in one statement, a name given two formats, a ``%`` that is neither.
 
     PostgreSQL's own placeholders go to the server as written: psycopg reads the
     driver's anew at every run of a statement over 4 KiB (it caches only shorter ones),
     which the longest claims are."""
-    names, positional = [], 0
+    names, formats, positional = [], {}, 0
 
     def number(match):
         nonlocal positional
-        if match.group(1):
+        if match["percent"]:
             return "%"
-        name = match.group(2)
-        if name is None:
+        if match["other"] is not None:
+            raise ValueError(f"{match[0]!r} is no placeholder (a % of SQL itself is %%)")
+        if match["format"]:
             positional += 1
             return f"${positional}"
+        name = match["name"]
+        if formats.setdefault(name, match["named"]) != match["named"]:
+            raise ValueError(f"placeholder {name!r} is given two formats")
         if name not in names:
             names.append(name)
         return f"${names.index(name) + 1}"
 
-    text = PLACEHOLDER.sub(number, sql)
+    text = PERCENT.sub(number, sql)
     if names and positional:
         raise ValueError("a statement's placeholders are all named or all positional")
-    return text, (None if positional else names)
+    return text, (None if positional else tuple(names))

@@ -6,7 +6,8 @@ A task that comes alone, as in a steady stream below the drain rate, costs the
 supervisor rounds of its own: a claim of one task (started), then, once its worker
 reports, a settle of one end, or with the claim of the next task when one waits (a
 busy daemon's round, as in ``make soak``); between tasks, an idle daemon claims nothing and asks
-when the next delayed task comes due. Each is timed here in this process (no daemon,
+when the next delayed task comes due. A handler that reports as it goes (``task.log``,
+``task.set_progress``: the soak's mix does) costs its worker a write each. Each is timed here in this process (no daemon,
 no worker), ``--calls`` times after a warm-up: its wall time and this process's CPU
 (the client's side of the round: Django, psycopg, the engine's Python) per call. The
 database comes from ATP_BENCH_DATABASE_URL (a fresh temporary SQLite file when unset);
@@ -65,6 +66,21 @@ def main():
         _, claimed[:] = engine.settle_and_claim(
             daemon, [Outcome(task.pk, task.attempt, Status.FINISHED)], 1, type_ids, start=1)
 
+    running = []
+
+    def a_running_task():
+        if not running:
+            atp.enqueue(TYPE)
+            running[:] = engine.claim_for_daemon(daemon, 1, type_ids, start=1)
+
+    def log_line():
+        [task] = running
+        engine.log(task.pk, "working", attempt=task.attempt, daemon=daemon)
+
+    def progress():
+        [task] = running
+        engine.set_progress(task.pk, 1, 2, "working", attempt=task.attempt)
+
     verbs = {
         "claim, nothing to claim": (lambda: engine.claim_for_daemon(daemon, 1, type_ids), None),
         "next due time": (lambda: engine.next_due(type_ids, 1.0), None),
@@ -72,6 +88,8 @@ def main():
         "settle of one end": (settle_one, lambda: (atp.enqueue(TYPE), claim_one())),
         "settle of one end with the next claim": (
             settle_and_claim_one, lambda: (atp.enqueue(TYPE), claimed or claim_one())),
+        "a handler's history line (task.log)": (log_line, a_running_task),
+        "a handler's progress (task.set_progress)": (progress, a_running_task),
     }
     print(f"{options.calls} calls each, after {WARM_UP}: per call")
     print("| round | wall | CPU of this process |\n|---|---|---|")

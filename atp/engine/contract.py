@@ -86,6 +86,19 @@ class Engine(abc.ABC):
         return the attempt. Raise as ``start`` does, or ``InvalidResponse``."""
 
     @abc.abstractmethod
+    def log(self, pk, message, attempt, daemon):
+        """Add ``message`` (text a database stores) to task ``pk``'s history, changing no
+        state, as written by ``daemon`` (its label); with ``attempt`` (a handler's line)
+        only while that attempt runs (SCHEDULED, RUNNING or PAUSED). Raise
+        ``TaskNotFound``, ``InvalidTransition`` or ``AttemptSuperseded``."""
+
+    @abc.abstractmethod
+    def set_progress(self, pk, done, total, message, attempt):
+        """Record task ``pk``'s progress (checked numbers, a message that fits): with
+        ``attempt`` while that attempt runs, else while the task is RUNNING or PAUSED.
+        Raise as ``log`` does."""
+
+    @abc.abstractmethod
     def enqueue(self, task_type, instance, data, not_before, size, notify):
         """Write the task ``instance`` (unsaved: its identifier, priority, ``named``, tag,
         batch) with encoded inputs ``data`` (``size`` bytes), due at ``not_before`` (a

@@ -80,6 +80,17 @@ class OrmEngine(Engine):
         return self.transaction(lambda: lease_in_transaction(
             type_id, limit, lease, tag, group_by_tag, consumer))
 
+    def log(self, pk, message, attempt, daemon):
+        from atp.engine.records import log_in_transaction
+
+        return self.transaction(lambda: log_in_transaction(pk, message, attempt, daemon))
+
+    def set_progress(self, pk, done, total, message, attempt):
+        from atp.engine.records import set_progress_in_transaction
+
+        return self.transaction(lambda: set_progress_in_transaction(
+            pk, done, total, message, attempt))
+
     def purge(self, type_id, age, limit):
         from atp.engine.maintenance import purge_in_transaction
 

@@ -24,7 +24,7 @@ from atp.conf import conf
 from atp.engine import statements
 from atp.engine.base import daemon_label, database
 from atp.engine.batches import current_batch_id
-from atp.engine.records import response_limit
+from atp.engine.records import log_refusal, progress_refusal, response_limit
 from atp.engine.sql import (
     StatementsEngine,
     attach,
@@ -333,6 +333,38 @@ def finish(pk, attempt, message, daemon, response, content_type):
     return row[0]
 
 
+def log(pk, message, attempt, label):
+    """Add ``message`` to task ``pk``'s history (``Engine.log``) in one statement."""
+    if not _write_one(SQL["log"], {"pk": pk, "message": message, "label": label,
+                                   **_attempt_parameters(attempt)}):
+        raise log_refusal(pk, attempt)
+
+
+def set_progress(pk, done, total, message, attempt):
+    """Record task ``pk``'s progress (``Engine.set_progress``) in one statement."""
+    params = {"pk": pk, "done": _double(done), "total": _double(total), "message": message,
+              **_attempt_parameters(attempt)}
+    if not _write_one(SQL["set_progress"], params):
+        raise progress_refusal(pk, attempt)
+
+
+def _attempt_parameters(attempt):
+    return {"any_attempt": attempt is None, "attempt": 0 if attempt is None else attempt}
+
+
+def _double(number):
+    """Return ``number`` as the column stores it (double precision), so that the statement
+    is prepared once whatever the kind of number a handler reports."""
+    return None if number is None else float(number)
+
+
+def _write_one(sql, params):
+    """Run ``sql``, a write of one statement; return whether it wrote (returned a row)."""
+    with statement_cursor(connections[database()]) as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchone() is not None
+
+
 def settle(daemon, outcomes):
     """Write the ends (FINISHED or FAILED ``Outcome``) and unwritten starts of many attempts
     in one statement; return the keys of the tasks written. An outcome whose attempt was
@@ -426,6 +458,12 @@ class PostgreSQLEngine(StatementsEngine):
 
     def claim(self, daemon, limit, type_ids, *, start=0, inputs=False, limited=False):
         return self.transaction(lambda: claim(daemon, limit, type_ids, start, inputs, limited))
+
+    def log(self, pk, message, attempt, daemon):
+        return self.transaction(lambda: log(pk, message, attempt, daemon))
+
+    def set_progress(self, pk, done, total, message, attempt):
+        return self.transaction(lambda: set_progress(pk, done, total, message, attempt))
 
     def settle_and_claim(self, daemon, outcomes, limit, type_ids, *, start, limited=False):
         settled, claimed = self.transaction(

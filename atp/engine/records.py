@@ -8,9 +8,10 @@ overwrite the work of the attempt that replaced it.
 from django.db.models.functions import Now
 
 from atp.conf import conf
-from atp.engine.base import load_on_access, pk_of, queue_write
+from atp.engine.base import daemon_label, load_on_access, pk_of, queue_write
+from atp.engine.engines import engine
 from atp.engine.transitions import refusal, write_history
-from atp.exceptions import InvalidParameter, InvalidTransition
+from atp.exceptions import InvalidParameter, InvalidTransition, TaskNotFound
 from atp.models import Instance, Response
 from atp.serialization import check_text, encode_response
 from atp.states import Status
@@ -89,41 +90,62 @@ def check_progress(done, total=None):
             raise InvalidParameter(f"progress {name} must be a number, not {value!r}")
 
 
-@queue_write
 def set_progress(instance, done, total=None, message="", *, attempt=None):
     """Record how far a running task got: ``done`` of ``total`` (if known) and a message."""
     pk = pk_of(instance)
     check_progress(done, total)
     message = str(message)
     check_text(message, "a progress message")
+    engine().set_progress(pk, done, total, message[:PROGRESS_MESSAGE_MAX_LENGTH], attempt)
+
+
+def set_progress_in_transaction(pk, done, total, message, attempt):
+    """``set_progress``, checked, as the ORM writes it (the portable form of the verb)."""
     if attempt is not None:  # its handler's
         rows = Instance.objects.filter(pk=pk, status__in=RUNS, attempt=attempt)
     else:
         rows = Instance.objects.filter(pk=pk, status__in=(Status.RUNNING, Status.PAUSED))
-    updated = rows.update(
-        progress_done=done, progress_total=total,
-        progress_message=str(message)[:PROGRESS_MESSAGE_MAX_LENGTH], updated=Now(),
-    )
+    updated = rows.update(progress_done=done, progress_total=total, progress_message=message,
+                          updated=Now())
     if not updated:
-        error = refusal(pk, Status.RUNNING, attempt=attempt)
-        if type(error) is InvalidTransition:
-            error = InvalidTransition(
-                f"task #{pk} is {error.current}: progress is recorded only while it runs",
-                current=error.current,
-            )
-        raise error
+        raise progress_refusal(pk, attempt)
 
 
-@queue_write
+def progress_refusal(pk, attempt):
+    """Return the error that explains why the progress of task ``pk`` was not written."""
+    error = refusal(pk, Status.RUNNING, attempt=attempt)
+    if type(error) is InvalidTransition:
+        error = InvalidTransition(
+            f"task #{pk} is {error.current}: progress is recorded only while it runs",
+            current=error.current,
+        )
+    return error
+
+
 def log(instance, message, *, attempt=None, daemon=None):
     """Add ``message`` to the task's history without changing its state.
 
     With ``attempt`` (a handler's line) only while that attempt runs.
     """
     pk = pk_of(instance)
-    message = str(message)  # write_history checks it is text a database stores
+    message = str(message)
+    check_text(message, "a history message")
+    engine().log(pk, message, attempt, daemon_label(daemon))
+
+
+def log_in_transaction(pk, message, attempt, daemon):
+    """``log``, checked, as the ORM writes it (the portable form of the verb)."""
     _check_attempt(pk, attempt)
     row = Instance.objects.filter(pk=pk).values("attempt").first()
     if row is None:
         raise refusal(pk, None)
     write_history(pk, None, row["attempt"], message, daemon)
+
+
+def log_refusal(pk, attempt):
+    """Return the error that explains why a line was not added to task ``pk``'s history."""
+    try:
+        _check_attempt(pk, attempt)
+    except (InvalidTransition, TaskNotFound) as error:
+        return error
+    return refusal(pk, None)

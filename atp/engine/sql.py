@@ -215,6 +215,20 @@ class StatementsEngine(Engine):
         return self.transaction(lambda: lease_in_transaction(
             type_id, limit, lease, tag, group_by_tag, consumer), one_statement=False)
 
+    def log(self, pk, message, attempt, daemon):
+        # A handler's history lines and progress are portable where the engine has no
+        # statement of its own for them (``atp.engine.records``).
+        from atp.engine.records import log_in_transaction
+
+        return self.transaction(lambda: log_in_transaction(pk, message, attempt, daemon),
+                                one_statement=False)
+
+    def set_progress(self, pk, done, total, message, attempt):
+        from atp.engine.records import set_progress_in_transaction
+
+        return self.transaction(lambda: set_progress_in_transaction(
+            pk, done, total, message, attempt), one_statement=False)
+
     def purge(self, type_id, age, limit):
         # Purges are portable too: a daemon's upkeep, a batch at a time, off the hot path.
         from atp.engine.maintenance import purge_in_transaction

@@ -24,7 +24,7 @@ VENDORS = {"postgresql", "sqlite", "mysql", "oracle", "mariadb"}
 
 def test_the_contract_names_the_verbs_of_the_hot_path():
     assert set(VERBS) == {"claim", "settle_and_claim", "settle", "start", "finish", "enqueue",
-                          "enqueue_many", "next_due", "lease", "purge"}
+                          "enqueue_many", "next_due", "lease", "purge", "log", "set_progress"}
 
 
 @pytest.mark.parametrize("engine_class", ENGINES, ids=lambda cls: cls.name)

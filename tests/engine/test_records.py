@@ -82,3 +82,51 @@ def test_an_attempt_that_no_longer_runs_cannot_write_to_its_task(noop_type):
             late()
     assert not Response.objects.filter(instance=instance).exists()
     assert not LogRecord.objects.filter(instance=instance, message="late").exists()
+
+
+def test_a_superseded_attempt_cannot_log_nor_report_progress(noop_type):
+    from atp.exceptions import AttemptSuperseded
+
+    instance = TaskFactory(type=noop_type, status=Status.RUNNING)
+    Instance.objects.filter(pk=instance.pk).update(attempt=2)  # as a restart elsewhere makes it
+    with pytest.raises(AttemptSuperseded, match="attempt 1 was superseded by attempt 2"):
+        engine.log(instance, "late", attempt=1)
+    with pytest.raises(AttemptSuperseded, match="attempt 1 was superseded by attempt 2"):
+        engine.set_progress(instance, 1, 2, attempt=1)
+    assert not LogRecord.objects.filter(instance=instance, message="late").exists()
+    assert Instance.objects.get(pk=instance.pk).progress_done is None
+
+
+def test_a_prefetched_attempt_may_log_and_report_progress_before_its_start_is_written(noop_type):
+    instance = TaskFactory(type=noop_type, status=Status.SCHEDULED)
+    engine.log(instance, "begun", attempt=instance.attempt)
+    engine.set_progress(instance, 1, 4, "a quarter", attempt=instance.attempt)
+    record = LogRecord.objects.filter(instance=instance).last()
+    assert (record.status, record.message, record.attempt) == (None, "begun", instance.attempt)
+    stored = Instance.objects.get(pk=instance.pk)
+    assert (stored.status, stored.progress_done, stored.progress_total) == (Status.SCHEDULED, 1, 4)
+    # Without an attempt (not its handler's), progress waits for the task to run.
+    with pytest.raises(InvalidTransition, match="is SCHEDULED: progress is recorded only while"):
+        engine.set_progress(instance, 2, 4)
+
+
+def test_writes_to_a_task_that_does_not_exist_are_refused(noop_type):
+    for write in (lambda: engine.log(424242, "x"), lambda: engine.log(424242, "x", attempt=1),
+                  lambda: engine.set_progress(424242, 1), lambda: engine.set_progress(424242, 1, attempt=1)):
+        with pytest.raises(TaskNotFound):
+            write()
+    assert not LogRecord.objects.filter(instance_id=424242).exists()
+
+
+def test_progress_keeps_integers_and_fractions_and_a_message_cut_to_fit(noop_type):
+    from atp.engine.records import PROGRESS_MESSAGE_MAX_LENGTH
+
+    instance = TaskFactory(type=noop_type, status=Status.RUNNING)
+    for done, total in ((1, 3), (1.5, 3.25), (2**40, None)):
+        engine.set_progress(instance, done, total, "m" * (PROGRESS_MESSAGE_MAX_LENGTH + 5),
+                            attempt=instance.attempt)
+        stored = Instance.objects.get(pk=instance.pk)
+        assert (stored.progress_done, stored.progress_total) == (done, total)
+        assert stored.progress_message == "m" * PROGRESS_MESSAGE_MAX_LENGTH
+    with pytest.raises(InvalidParameter):
+        engine.log(instance, "nul \x00 byte", attempt=instance.attempt)

@@ -14,6 +14,7 @@ from django.db import IntegrityError, connection, transaction
 
 import atp
 from atp.engine import claim as claims
+from atp.engine import records
 from atp.engine.engines import engine
 from atp.engine.outcomes import Outcome
 from atp.engine.postgresql import SQL, _together, statement_cursor
@@ -150,3 +151,22 @@ def test_the_longest_statements_are_not_read_again_at_each_run(noop_type, daemon
         _, [task] = claims.settle_and_claim(
             daemon, [Outcome(task.pk, task.attempt, Status.FINISHED)], 1, [noop_type.pk], start=1)
     assert reads == []
+
+
+def test_a_handlers_history_line_and_its_progress_are_one_round_trip_each(noop_type, daemon):
+    """Each one statement, prepared at its first run on the connection (a round trip of
+    its own then); they were five round trips and three, in a transaction each."""
+    atp.enqueue("tests.noop")
+    [running] = claims.claim_for_daemon(daemon, 1, [noop_type.pk], start=1)
+    records.log(running.pk, "begun", attempt=running.attempt, daemon="host:1")
+    records.set_progress(running.pk, 0, 2, "begun", attempt=running.attempt)
+    with _wire() as messages:
+        records.log(running.pk, "halfway", attempt=running.attempt, daemon="host:1")
+    assert (_answers(messages), _transaction_commands(messages)) == (1, [])
+    with _wire() as messages:
+        records.set_progress(running.pk, 1, 2, "halfway", attempt=running.attempt)
+    assert (_answers(messages), _transaction_commands(messages)) == (1, [])
+    stored = Instance.objects.get(pk=running.pk)
+    assert (stored.progress_done, stored.progress_total, stored.progress_message) == (1, 2, "halfway")
+    assert LogRecord.objects.filter(instance_id=running.pk, message="halfway",
+                                    attempt=running.attempt, daemon="host:1").count() == 1

@@ -703,6 +703,29 @@ WITH leased AS (
 )
 SELECT attempt FROM finished;
 
+-- name: log
+-- A line %(message)s in task %(pk)s's history, no change of state: with %(attempt)s
+-- (not %(any_attempt)s: a handler's line) only while that attempt runs (SCHEDULED for a
+-- prefetched task whose start is not written yet, RUNNING or PAUSED); returns the
+-- task's key, or no row (refused: nothing is written).
+INSERT INTO atp_logrecord (instance_id, time, status, attempt, message, daemon, actor)
+SELECT i.id, STATEMENT_TIMESTAMP(), NULL, i.attempt, %(message)s, %(label)s, ''
+FROM atp_instance i
+WHERE i.id = %(pk)s AND (%(any_attempt)s
+    OR (i.attempt = %(attempt)s AND i.status IN ('SCHEDULED', 'RUNNING', 'PAUSED')))
+RETURNING instance_id;
+
+-- name: set_progress
+-- Task %(pk)s's progress: with %(attempt)s (not %(any_attempt)s: its handler's) while
+-- that attempt runs, as log; else while the task is RUNNING or PAUSED. Returns the
+-- task's key, or no row (refused: nothing is written).
+UPDATE atp_instance i
+SET progress_done = %(done)s, progress_total = %(total)s, progress_message = %(message)s,
+    updated = STATEMENT_TIMESTAMP()
+WHERE i.id = %(pk)s AND CASE WHEN %(any_attempt)s THEN i.status IN ('RUNNING', 'PAUSED')
+    ELSE i.attempt = %(attempt)s AND i.status IN ('SCHEDULED', 'RUNNING', 'PAUSED') END
+RETURNING i.id;
+
 -- name: enqueue
 -- One task: its instance, queue row, inputs and first history entry, written only while
 -- its type is as the enqueue read it (``kind``: same identifier, format and kind, pull or

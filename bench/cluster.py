@@ -7,7 +7,9 @@ project's (``.bench/cluster``), on a port of its own, changing nothing but where
 listens (and logging its checkpoints and autovacuum runs), and removes it afterwards.
 """
 
+import datetime
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -106,3 +108,29 @@ class PrivateCluster:
         if self.log.exists():
             shutil.copy(self.log, self.directory.with_name(self.directory.name + "-server.log"))
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+#: A line of the server's log: its time (UTC, as ``log_timezone`` is on a fresh cluster),
+#: then what it says.
+LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}) UTC \[\d+\] LOG:  (.*)$")
+SLOW = re.compile(r"duration: ([\d.]+) ms  (?:statement|execute [^:]*): (.*)")
+
+
+def server_log_events(path):
+    """Return what the server's log at ``path`` says a slow minute may hang on, in order:
+    ``(when it ended, UTC datetime; "statement", milliseconds, its first words)`` for each
+    statement logged as slow (over ``log_min_duration_statement``), and ``(when, "checkpoint",
+    None, what)`` for each checkpoint's start and end."""
+    events = []
+    for line in Path(path).read_text(errors="replace").splitlines():
+        matched = LOG_LINE.match(line)
+        if not matched:
+            continue
+        when = datetime.datetime.strptime(matched[1], "%Y-%m-%d %H:%M:%S.%f").replace(
+            tzinfo=datetime.UTC)
+        said = matched[2]
+        if slow := SLOW.match(said):
+            events.append((when, "statement", float(slow[1]), " ".join(slow[2].split()[:3])))
+        elif said.startswith("checkpoint "):
+            events.append((when, "checkpoint", None, said.split(";")[0]))
+    return events

@@ -15,13 +15,17 @@ It passes when the task table stays within rate x (retention + 60 s) rows and no
 minute after the first two has a p99 wait above 3 times the first two minutes' p99;
 it exits 1 otherwise. Either way it prints the worst later minute by 10 s with where
 the CPU went (``bench.stream.MachineUse``: the daemons, the soak's PostgreSQL server, the
-benchmark, anything else, the hypervisor's steal). ``make soak`` runs it; its figures
-are in docs/performance.md.
+benchmark, anything else, the hypervisor's steal), and what the server's log holds of
+that minute (``server_waits``: slow statements, those that ended together as one wait,
+the checkpoint under way). ``make soak`` runs it; its figures are in docs/performance.md.
 """
 
 import argparse
+import collections
+import datetime
 import os
 import sys
+from pathlib import Path
 
 RETENTION_SECONDS = 60
 P99_GROWTH_LIMIT = 3
@@ -82,7 +86,55 @@ def verdict(result):
                               for group, seconds in window.get("cpu_seconds", {}).items())
             print(f"  from {window['from_s']} s: p50 {window['p50']:.1f} ms, p99 "
                   f"{window['p99']:.1f} ms; {spent}")
+    if SERVER_LOG.exists():
+        for line in server_waits(SERVER_LOG, result["began"], worst):
+            print(line)
     return bounded and steady
+
+
+#: Where ``bench.cluster`` leaves the soak's server's log.
+SERVER_LOG = Path(".bench/cluster-server.log")
+#: Slow statements that ended within this of each other are told as one wait they shared.
+TOGETHER_SECONDS = 0.05
+
+
+def server_waits(log_path, began, minute):
+    """Return lines saying what the server's log holds for ``minute`` of the stream (which
+    began at ``began``, ISO): the statements it logged as slow, those that ended together
+    as one (a wait they shared: for the WAL's flush at commit, a lock), and the
+    checkpoints under way."""
+    from bench.cluster import server_log_events
+
+    start = datetime.datetime.fromisoformat(began)
+    low, high = (start + datetime.timedelta(seconds=60 * minute + offset)
+                 for offset in (-60, 0))
+    events = server_log_events(log_path)
+    checkpoint = None
+    for when, kind, _, what in events:
+        if kind == "checkpoint" and when < high:
+            checkpoint = (f"{what}, at {(when - start).total_seconds():.1f} s"
+                          if "starting" in what else None)
+    slow = [(when, ms, what) for when, kind, ms, what in events
+            if kind == "statement" and low <= when < high]
+    lines = [f"the server's log in that minute: {len(slow)} statement(s) over 100 ms"
+             + (f"; a checkpoint under way ({checkpoint})" if checkpoint else "")]
+    groups = []
+    for when, ms, what in slow:
+        if groups and (when - groups[-1][-1][0]).total_seconds() <= TOGETHER_SECONDS:
+            groups[-1].append((when, ms, what))
+        else:
+            groups.append([(when, ms, what)])
+    for group in groups:
+        # A statement by its first words: the engine's say which (WITH kind: an enqueue).
+        kinds = collections.Counter(" ".join(what.split()[:2 if what.startswith("WITH") else 1])
+                                    for _, _, what in group)
+        at = (group[0][0] - start).total_seconds()
+        said = ", ".join(f"{kind} x{count}" for kind, count in kinds.items())
+        longest = max(ms for _, ms, _ in group)
+        lines.append(f"  at {at:.1f} s: {len(group)} ended together, after up to {longest:.0f} ms "
+                     f"({said})" if len(group) > 1 else f"  at {at:.1f} s: one of {longest:.0f} ms "
+                     f"({said})")
+    return lines
 
 
 if __name__ == "__main__":

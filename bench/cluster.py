@@ -15,6 +15,8 @@ import subprocess
 import time
 from pathlib import Path
 
+#: The statements the server logs as slow, in ms (``log_min_duration_statement``).
+SLOW_STATEMENT_MS = 100
 #: Where Debian puts the server's programs; PATH is looked at first.
 BINARY_DIRECTORIES = sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)
 
@@ -49,6 +51,11 @@ class PrivateCluster:
             command = ("runuser", "-u", "postgres", "--", *command)
         subprocess.run(command, check=True, capture_output=True, text=True)
 
+    @property
+    def kept_log(self):
+        """Where ``stop`` keeps the server's log."""
+        return self.directory.with_name(self.directory.name + "-server.log")
+
     def start(self):
         """Create the cluster (anew) and start it; return its URL. Raise RuntimeError
         when this machine has no PostgreSQL server programs."""
@@ -57,6 +64,7 @@ class PrivateCluster:
             raise RuntimeError("no PostgreSQL server here (initdb, pg_ctl): set "
                                "ATP_SOAK_DATABASE_URL to a stock server's database instead")
         self.stop()
+        self.kept_log.unlink(missing_ok=True)  # an earlier run's
         shutil.rmtree(self.directory, ignore_errors=True)
         self.directory.mkdir(parents=True)
         if os.geteuid() == 0:
@@ -66,9 +74,11 @@ class PrivateCluster:
         self._run(pg_ctl, "-D", str(self.data), "-l", str(self.log), "-w", "start", "-o",
                   f"-p {self.port} -c listen_addresses=127.0.0.1 "
                   f"-c unix_socket_directories={self.directory} "
-                  # What the server logs, to tell a slow minute's cause: nothing else.
+                  # What the server logs, to tell a slow minute's cause: nothing else;
+                  # stamped in UTC whatever the machine's zone (server_log_events).
                   "-c log_checkpoints=on -c log_autovacuum_min_duration=0 "
-                  "-c log_min_duration_statement=100 -c log_lock_waits=on")
+                  f"-c log_min_duration_statement={SLOW_STATEMENT_MS} -c log_lock_waits=on "
+                  "-c log_timezone=UTC")
         self._wait_until_ready()
         return self.url
 
@@ -106,12 +116,12 @@ class PrivateCluster:
             except subprocess.CalledProcessError:
                 pass
         if self.log.exists():
-            shutil.copy(self.log, self.directory.with_name(self.directory.name + "-server.log"))
+            shutil.copy(self.log, self.kept_log)
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
-#: A line of the server's log: its time (UTC, as ``log_timezone`` is on a fresh cluster),
-#: then what it says.
+#: A line of the server's log: its time (UTC: the cluster's ``log_timezone``), then what
+#: it says.
 LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}) UTC \[\d+\] LOG:  (.*)$")
 SLOW = re.compile(r"duration: ([\d.]+) ms  (?:statement|execute [^:]*): (.*)")
 
@@ -119,7 +129,7 @@ SLOW = re.compile(r"duration: ([\d.]+) ms  (?:statement|execute [^:]*): (.*)")
 def server_log_events(path):
     """Return what the server's log at ``path`` says a slow minute may hang on, in order:
     ``(when it ended, UTC datetime; "statement", milliseconds, its first words)`` for each
-    statement logged as slow (over ``log_min_duration_statement``), and ``(when, "checkpoint",
+    statement logged as slow (over ``SLOW_STATEMENT_MS``), and ``(when, "checkpoint",
     None, what)`` for each checkpoint's start and end."""
     events = []
     for line in Path(path).read_text(errors="replace").splitlines():

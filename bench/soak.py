@@ -25,7 +25,6 @@ import collections
 import datetime
 import os
 import sys
-from pathlib import Path
 
 RETENTION_SECONDS = 60
 P99_GROWTH_LIMIT = 3
@@ -64,10 +63,10 @@ def main():
 
             connections.close_all()
             cluster.stop()
-    sys.exit(0 if verdict(result) else 1)
+    sys.exit(0 if verdict(result, None if cluster is None else cluster.kept_log) else 1)
 
 
-def verdict(result):
+def verdict(result, server_log=None):
     """Print whether the soak passed; return it."""
     bounded = result["tasks_max"] <= result["tasks_bound"]
     limit = P99_GROWTH_LIMIT * result["first_minutes_wait"]["p99"]
@@ -86,41 +85,48 @@ def verdict(result):
                               for group, seconds in window.get("cpu_seconds", {}).items())
             print(f"  from {window['from_s']} s: p50 {window['p50']:.1f} ms, p99 "
                   f"{window['p99']:.1f} ms; {spent}")
-    if SERVER_LOG.exists():
-        for line in server_waits(SERVER_LOG, result["began"], worst):
+    if server_log is not None and server_log.exists():
+        for line in server_waits(server_log, result["began"], worst):
             print(line)
     return bounded and steady
 
 
-#: Where ``bench.cluster`` leaves the soak's server's log.
-SERVER_LOG = Path(".bench/cluster-server.log")
-#: Slow statements that ended within this of each other are told as one wait they shared.
+#: Slow statements that ended within this of the first of them are told as one wait they
+#: shared.
 TOGETHER_SECONDS = 0.05
 
 
 def server_waits(log_path, began, minute):
     """Return lines saying what the server's log holds for ``minute`` of the stream (which
-    began at ``began``, ISO): the statements it logged as slow, those that ended together
-    as one (a wait they shared: for the WAL's flush at commit, a lock), and the
-    checkpoints under way."""
-    from bench.cluster import server_log_events
+    began at ``began``, ISO; minute N is its seconds 60 (N - 1) to 60 N): the statements it
+    logged as slow that ran in that minute, those that ended together told as one (a wait
+    they shared: for the WAL's flush at commit, say), and the checkpoints under way."""
+    from bench.cluster import SLOW_STATEMENT_MS, server_log_events
 
     start = datetime.datetime.fromisoformat(began)
     low, high = (start + datetime.timedelta(seconds=60 * minute + offset)
                  for offset in (-60, 0))
     events = server_log_events(log_path)
-    checkpoint = None
+    checkpoints, began_at = [], None
     for when, kind, _, what in events:
-        if kind == "checkpoint" and when < high:
-            checkpoint = (f"{what}, at {(when - start).total_seconds():.1f} s"
-                          if "starting" in what else None)
-    slow = [(when, ms, what) for when, kind, ms, what in events
-            if kind == "statement" and low <= when < high]
-    lines = [f"the server's log in that minute: {len(slow)} statement(s) over 100 ms"
-             + (f"; a checkpoint under way ({checkpoint})" if checkpoint else "")]
+        if kind == "checkpoint" and "starting" in what:
+            began_at = (when, what)
+        elif kind == "checkpoint" and began_at is not None:
+            checkpoints.append((*began_at, when))
+            began_at = None
+    if began_at is not None:
+        checkpoints.append((*began_at, datetime.datetime.max.replace(tzinfo=datetime.UTC)))
+    under_way = [f"{what}, at {(since - start).total_seconds():.1f} s"
+                 for since, what, until in checkpoints if since < high and until >= low]
+    # Logged when they end: a statement ran in the minute if it ended after its start.
+    slow = [(when, ms, what) for when, kind, ms, what in events if kind == "statement"
+            and when >= low and when - datetime.timedelta(milliseconds=ms) < high]
+    lines = [f"the server's log in that minute: {len(slow)} statement(s) over "
+             f"{SLOW_STATEMENT_MS} ms" + "".join(f"; a checkpoint under way ({checkpoint})"
+                                                 for checkpoint in under_way)]
     groups = []
     for when, ms, what in slow:
-        if groups and (when - groups[-1][-1][0]).total_seconds() <= TOGETHER_SECONDS:
+        if groups and (when - groups[-1][0][0]).total_seconds() <= TOGETHER_SECONDS:
             groups[-1].append((when, ms, what))
         else:
             groups.append([(when, ms, what)])

@@ -5,6 +5,8 @@ with ``AttemptSuperseded`` once a newer attempt exists, so a lost worker cannot
 overwrite the work of the attempt that replaced it.
 """
 
+import math
+
 from django.db.models.functions import Now
 
 from atp.conf import conf
@@ -22,6 +24,8 @@ PROGRESS_MESSAGE_MAX_LENGTH = Instance._meta.get_field("progress_message").max_l
 #: The states in which an attempt's handler runs: SCHEDULED too, for a prefetched task
 #: whose start its supervisor has not written yet (``atp.daemon.prefetch``).
 RUNS = (Status.SCHEDULED, Status.RUNNING, Status.PAUSED)
+#: The states in which a task's progress is written when the writer names no attempt.
+PROGRESS_STATES = (Status.RUNNING, Status.PAUSED)
 
 
 def _check_attempt(pk, attempt):
@@ -84,10 +88,19 @@ def get_response(instance):
 
 
 def check_progress(done, total=None):
-    """Raise ``InvalidParameter`` unless ``done`` (and ``total``, if given) are numbers."""
+    """Raise ``InvalidParameter`` unless ``done`` (and ``total``, if given) are finite
+    numbers the database stores (as double precision)."""
     for name, value in (("done", done), ("total", total)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise InvalidParameter(f"progress {name} must be a number, not {value!r}")
+        try:
+            finite = math.isfinite(float(value))
+        except OverflowError:
+            finite = False
+        if not finite:
+            raise InvalidParameter(f"progress {name} must be a finite number, not {value!r}")
 
 
 def set_progress(instance, done, total=None, message="", *, attempt=None):
@@ -104,7 +117,7 @@ def set_progress_in_transaction(pk, done, total, message, attempt):
     if attempt is not None:  # its handler's
         rows = Instance.objects.filter(pk=pk, status__in=RUNS, attempt=attempt)
     else:
-        rows = Instance.objects.filter(pk=pk, status__in=(Status.RUNNING, Status.PAUSED))
+        rows = Instance.objects.filter(pk=pk, status__in=PROGRESS_STATES)
     updated = rows.update(progress_done=done, progress_total=total, progress_message=message,
                           updated=Now())
     if not updated:

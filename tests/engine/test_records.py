@@ -130,3 +130,11 @@ def test_progress_keeps_integers_and_fractions_and_a_message_cut_to_fit(noop_typ
         assert stored.progress_message == "m" * PROGRESS_MESSAGE_MAX_LENGTH
     with pytest.raises(InvalidParameter):
         engine.log(instance, "nul \x00 byte", attempt=instance.attempt)
+
+
+def test_progress_that_is_no_finite_number_is_refused_before_anything_is_written(noop_type):
+    instance = TaskFactory(type=noop_type, status=Status.RUNNING)
+    for done, total in ((float("nan"), None), (1, float("inf")), (10**400, None)):
+        with pytest.raises(InvalidParameter, match="must be a finite number"):
+            engine.set_progress(instance, done, total, attempt=instance.attempt)
+    assert Instance.objects.get(pk=instance.pk).progress_done is None

@@ -18,7 +18,7 @@ from django.db import connection
 
 from atp.engine import statements
 from atp.engine.notify import QUEUE_CHANNEL
-from atp.engine.records import RUNS
+from atp.engine.records import PROGRESS_STATES, RUNS
 from atp.engine.sql import CLAIM_ORDER_SQL, stored_fields
 from atp.models import Inputs, Instance, Task, Type
 from atp.states import Status, sources_of
@@ -59,7 +59,7 @@ GUARDED = {
         "settle": SETTLE_GUARDS, "finish": {Status.FINISHED},
         # A handler's writes, which move no state: while its attempt runs (RUNS), and,
         # without an attempt, progress while the task runs or is paused.
-        "log": {frozenset(RUNS)}, "set_progress": {frozenset(RUNS), frozenset({Status.RUNNING, Status.PAUSED})},
+        "log": {frozenset(RUNS)}, "set_progress": {frozenset(RUNS), frozenset(PROGRESS_STATES)},
     },
     "sqlite": {
         "schedule": CLAIM_GUARDS, "finish": {Status.FINISHED},

@@ -20,9 +20,9 @@ a sweep not done after a heartbeat interval (the tasks end faster than steps tha
 to the budget purge them) grows its steps whatever they take, up to
 ``ATP_PURGE_BATCH_SIZE``, where a task costs the purge least (a step of 500 tasks about a
 third of what each costs in a step of 50): the loop is then held longer, but the tables
-stay bounded. (Steps of 50 tasks, a turn
-50 ms after the last, purged about 300 tasks a second in ``make bench``'s stream of
-2,000 a second, on PostgreSQL and SQLite: the task table grew without bound.)
+stay bounded. (Steps of 50 tasks, a turn 50 ms after the last, purged about 300 tasks a
+second in ``make bench``'s stream of 2,000 a second, on PostgreSQL and SQLite: the task
+table grew without bound.)
 
 A sweep steps through every type once, then again through those whose step came back
 full (more may be due), in turn, until none does; the next sweep, which takes on the

@@ -8,6 +8,7 @@ still loading its apps, before models may be imported.
 __version__ = "0.1.0.dev0"
 
 _LIGHT = {"task_type": "atp.registry", "Status": "atp.states", "Retry": "atp.exceptions",
+          "Snooze": "atp.exceptions",
           "PermanentFailure": "atp.exceptions"}
 
 

@@ -4,6 +4,8 @@ Each error's docstring is its default message, so ``raise TaskNotFound()`` alrea
 says what went wrong; pass a more specific message where the caller knows more.
 """
 
+import datetime
+
 from django.core.exceptions import ImproperlyConfigured
 
 
@@ -102,6 +104,26 @@ class Retry(Exception):  # noqa: N818 (a request to the daemon, not an error of 
             raise InvalidParameter(f"countdown must be a number of seconds, not {countdown!r}")
         super().__init__(message)
         self.countdown = countdown
+
+
+class Snooze(Exception):  # noqa: N818 (a request to the daemon, not an error of atp's)
+    """Raised by a handler: this task cannot go on yet; put it back to wait ``seconds`` (a
+    number, or a timedelta), then run it again. The attempt ends without counting as a
+    failure, a retry or a restart; the task's history says it snoozed, and ``message``
+    why. Its type's ``max_snoozes`` bounds how often a task may snooze: the snooze after
+    them fails it."""
+
+    def __init__(self, seconds, message=""):
+        given = seconds
+        if isinstance(seconds, datetime.timedelta):
+            seconds = seconds.total_seconds()
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not (
+                0 <= seconds <= 10**9):
+            raise InvalidParameter(f"a snooze lasts a number of seconds from 0 to 10**9, or "
+                                   f"a timedelta, not {given!r}")
+        super().__init__(message)
+        self.seconds = float(seconds)
+        self.message = message
 
 
 class PermanentFailure(Exception):  # noqa: N818

@@ -127,6 +127,11 @@ class Type(models.Model):
     retry_jitter = models.BooleanField(
         default=False, help_text="Draw each wait between half of it and all of it.",
     )
+    max_snoozes = models.PositiveIntegerField(
+        null=True, blank=True,
+        help_text="At most this many snoozes (atp.Snooze) per task; the next fails it. "
+        "Empty for no limit.",
+    )
     is_paused = models.BooleanField(
         default=False, help_text="Paused types keep their queue but no task is started."
     )
@@ -247,6 +252,9 @@ class Instance(ConditionalIndexes, models.Model):
     )
     retries = models.PositiveIntegerField(
         default=0, help_text="How often a failed attempt was retried (the type's retry policy).",
+    )
+    snoozes = models.PositiveIntegerField(
+        default=0, help_text="How often its handler snoozed it (atp.Snooze).",
     )
     # No index of its own: the partial (batch, status) index leads with it.
     batch = models.ForeignKey(

@@ -247,6 +247,8 @@ TYPE_PARAMETERS = {
     "max_backoff": functools.partial(_duration, allow_none=False),
     "max_doublings": functools.partial(_count, minimum=0, maximum=62, allow_none=False),
     "retry_jitter": _flag,
+    # How often a task may snooze (atp.Snooze) before the next snooze fails it.
+    "max_snoozes": functools.partial(_count, minimum=0, maximum=2**31 - 1, allow_none=True),
 }
 
 

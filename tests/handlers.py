@@ -328,3 +328,13 @@ def collector_state(task, inputs):
     import gc
 
     return {"thresholds": list(gc.get_threshold()), "frozen": gc.get_freeze_count()}
+
+
+def snooze(task, inputs):
+    """Snooze ``inputs["seconds"]`` (0 by default) while the task snoozed fewer than
+    ``inputs["times"]`` times (always without it); then return what the task saw."""
+    inputs = inputs or {}
+    if "times" not in inputs or task.snoozes < inputs["times"]:
+        raise atp.Snooze(inputs.get("seconds", 0), f"not ready at attempt {task.attempt}")
+    return {"attempt": task.attempt, "snoozes": task.snoozes,
+            "execution_count": task.execution_count, "restarts": task.restarts}

@@ -109,6 +109,7 @@ def _tuned(task_type):
         "type": task_type.identifier, "handler": task_type.handler, "pull": task_type.pull,
         "timeout_seconds": seconds(task_type.timeout), "max_restarts": task_type.max_restarts,
         "retry_limit": task_type.retry_limit, "age_limit_seconds": seconds(task_type.age_limit),
+        "max_snoozes": task_type.max_snoozes,
         "rate": task_type.rate, "bucket_size": task_type.bucket_size,
         "max_concurrency": task_type.max_concurrency, "max_queued": task_type.max_queued,
         "retention_seconds": seconds(task_type.retention), "paused": task_type.is_paused,

@@ -36,6 +36,7 @@ class TaskContext:
         # reason; and X-AppEngine-TaskExecutionCount: the earlier failures of the handler.
         self.retry_count = attempt - 1
         self.execution_count = instance.retries
+        self.snoozes = instance.snoozes  # how often it snoozed before (atp.Snooze)
         self.daemon = daemon
         self._progress = None
         self._progress_written = float("-inf")

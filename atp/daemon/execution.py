@@ -30,6 +30,7 @@ from atp.exceptions import (
     InvalidTransition,
     PermanentFailure,
     Retry,
+    Snooze,
     TaskNotFound,
 )
 from atp.registry import resolve_handler
@@ -81,6 +82,9 @@ def execute(instance, attempt, handler_path, daemon="", *, resolved=None):
         message = describe_failure()
         _flush_progress(task)
         return Outcome.failed(pk, attempt, message)
+    except Snooze as exc:  # not a failure: the task waits and runs again
+        _flush_progress(task)
+        return Outcome.snoozed(pk, attempt, exc.seconds, storable(str(exc.message)))
     except BaseException:
         # SystemExit and KeyboardInterrupt too: here they can only be the handler's own
         # (sys.exit(), a Ctrl-C of its code). The worker ignores SIGINT, and SIGTERM from

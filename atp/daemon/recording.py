@@ -100,20 +100,25 @@ def record(outcome, daemon, *, wait=False):
 
 def _write(outcome, daemon):
     pk, attempt = outcome.pk, outcome.attempt
-    if outcome.status == Status.ACCEPTED:
+    if outcome.status == Status.ACCEPTED and not outcome.snoozes:
         engine.hand_back(pk, outcome.message, attempt=attempt, daemon=daemon)
-    elif outcome.may_retry:
+    elif outcome.may_retry or outcome.snoozes:
         if outcome.started_ago is not None:  # a prefetched attempt: its start first
             settle_outcomes(daemon, [Outcome.started(pk, attempt, outcome.started_ago)])
-        engine.fail_or_retry(pk, outcome.message, attempt=attempt, daemon=daemon,
-                             countdown=outcome.countdown)
+        if outcome.snoozes:
+            engine.snooze(pk, outcome.countdown, outcome.message, attempt=attempt,
+                          daemon=daemon)
+        else:
+            engine.fail_or_retry(pk, outcome.message, attempt=attempt, daemon=daemon,
+                                 countdown=outcome.countdown)
     elif pk not in settle_outcomes(daemon, [outcome]):
         raise refusal(pk, outcome.status, attempt=attempt)
 
 
 def _log_written(outcome):
     if outcome.status != Status.RUNNING:  # a start is not worth a line of its own
-        logger.info("task id=%s attempt=%s %s", outcome.pk, outcome.attempt, DONE[outcome.status])
+        logger.info("task id=%s attempt=%s %s", outcome.pk, outcome.attempt,
+                    "snoozed" if outcome.snoozes else DONE[outcome.status])
 
 
 def _fail_anyway(outcome, daemon, exc, wait):

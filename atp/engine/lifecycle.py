@@ -210,6 +210,43 @@ def fail_or_retry(instance, message="", *, attempt, daemon=None, countdown=None)
     return attempt
 
 
+@queue_write
+def snooze(instance, seconds, message="", *, attempt, daemon=None):
+    """End attempt ``attempt`` of a task whose handler snoozed (``atp.Snooze``): back to the
+    queue, due in ``seconds``, spending no retry and no restart, its ``snoozes`` counted.
+    The snooze after its type's ``max_snoozes`` fails the task instead. A PAUSED task
+    runs again once resumed. ``message`` (the handler's reason) goes to the history with
+    when the task is due. Return the attempt."""
+    pk = pk_of(instance)
+    locked = _lock_leased(pk, attempt)
+    most = Type.objects.values_list("max_snoozes", flat=True).get(pk=locked.type_id)
+    snoozes = Instance.objects.values_list("snoozes", flat=True).get(pk=pk)
+    if most is not None and snoozes >= most:
+        queue_row(pk).delete()
+        refused = (f"snoozed again after {snoozes} snooze{'' if snoozes == 1 else 's'}, its "
+                   "type's max_snoozes: failed instead")
+        return move(pk, Status.FAILED, sources=set(IN_FLIGHT), attempt=attempt,
+                    changes={"finished": Now()}, message=f"{message}\n{refused}".strip(),
+                    daemon=daemon)
+    number = snoozes + 1
+    counted = f"snooze {number}" + ("" if most is None else f" of at most {most}")
+    Instance.objects.filter(pk=pk).update(snoozes=F("snoozes") + 1)
+    if locked.status == Status.PAUSED:
+        message = f"{message}\nsnoozed ({counted}): it runs again once resumed".strip()
+        return hold(locked, attempt, message, daemon=daemon, spends_restart=False)
+    now = database_now(database())
+    wait = datetime.timedelta(seconds=seconds)
+    due = now + wait
+    message = (f"{message}\nsnoozed ({counted}): due at "
+               f"{due.isoformat(timespec='milliseconds')}, in {seconds:g} s").strip()
+    release_lease(pk)
+    queue_row(pk).update(not_before=due)
+    attempt = move(pk, Status.ACCEPTED, sources=set(IN_FLIGHT), attempt=attempt,
+                   changes={"started": None}, message=message, daemon=daemon)
+    notify_runnable()  # an idle daemon learns when it is due
+    return attempt
+
+
 def _leave_queue(pk, attempt, target):
     if attempt is not None:
         # The holder of an attempt ends it itself, and only while it holds the lease.

@@ -47,6 +47,9 @@ class Outcome:
     ``response``, ``(bytes, content type, charset)`` or None), FAILED (``message`` says
     why) or ACCEPTED (handed back, no restart spent).
 
+    An ACCEPTED outcome with a ``countdown`` is a snooze (``atp.Snooze``): the attempt
+    ran, and the task waits ``countdown`` seconds to run again (``lifecycle.snooze``).
+
     ``started_ago`` (seconds) says the attempt started that long before the write and
     its start is not written yet; with it the status may be RUNNING (started, not ended).
 
@@ -66,15 +69,20 @@ class Outcome:
 
     @property
     def alone(self):
-        """Whether this outcome is written by itself (a hand-back, or a failure that may be
-        retried), not in a batch of ends."""
+        """Whether this outcome is written by itself (a hand-back, a snooze, or a failure
+        that may be retried), not in a batch of ends."""
         return self.status == Status.ACCEPTED or self.may_retry
+
+    @property
+    def snoozes(self):
+        """Whether the handler snoozed (``atp.Snooze``): back to wait ``countdown`` seconds."""
+        return self.status == Status.ACCEPTED and self.countdown is not None
 
     def __post_init__(self):
         if self.started_ago is None:
             if self.status not in ENDINGS:
                 raise ValueError(f"an attempt ends {', '.join(ENDINGS)}, not {self.status!r}")
-        elif self.status not in AFTER_START:
+        elif self.status not in AFTER_START and not self.snoozes:
             raise ValueError(f"an attempt whose start is not written moves to "
                              f"{', '.join(AFTER_START)}, not {self.status!r}")
         elif not self.started_ago >= 0:
@@ -102,7 +110,7 @@ class Outcome:
 
     def since_start(self, seconds):
         """Return this outcome with its start, ``seconds`` ago, to write with it."""
-        if self.status == Status.ACCEPTED:
+        if self.status == Status.ACCEPTED and not self.snoozes:
             return self  # handed back: it never ran, there is no start to write
         # As dataclasses.replace makes it; its checks hold: an end is a status after a
         # start, and the seconds are not negative.
@@ -131,6 +139,11 @@ class Outcome:
     @classmethod
     def handed_back(cls, pk, attempt, message):
         return cls(pk, attempt, Status.ACCEPTED, message=message)
+
+    @classmethod
+    def snoozed(cls, pk, attempt, seconds, message=""):
+        """Return the outcome of an attempt whose handler snoozed for ``seconds``."""
+        return cls(pk, attempt, Status.ACCEPTED, message=message, countdown=seconds)
 
 
 #: The fields of an outcome, in order (``Outcome.values``).

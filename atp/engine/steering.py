@@ -174,7 +174,8 @@ def _retry_ended(locked, message, by):
         message += f"; its batch #{batch_id} completed already and does not complete again"
     attempt = move(
         pk, Status.ACCEPTED, sources=set(ENDED_FOR_RETRY),
-        changes={"restarts": 0, "retries": 0, "started": None, "finished": None},
+        changes={"restarts": 0, "retries": 0, "snoozes": 0, "started": None,
+                 "finished": None},
         message=message, by=by,
     )
     if locked.is_leased:

@@ -51,7 +51,8 @@ def test_a_task_handed_over_without_its_inputs_reads_them_when_asked(noop_type, 
     Outcome.finished(7, 2, {"n": 1}).since_start(0.25),
     Outcome.failed(7, 2, "boom", may_retry=True, countdown=3.0),
     Outcome.handed_back(7, 2, "not ours"),
-], ids=["finished", "failed, may retry", "handed back"])
+    Outcome.snoozed(7, 2, 1.5, "not ready").since_start(0.1),
+], ids=["finished", "failed, may retry", "handed back", "snoozed"])
 def test_a_workers_report_comes_out_of_the_pipe_as_the_outcome_it_sent(outcome):
     ours, theirs = multiprocessing.Pipe()
     handoff.send(theirs, handoff.done(7, 2, outcome, 12.5))

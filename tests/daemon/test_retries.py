@@ -55,3 +55,38 @@ def test_an_idle_daemon_starts_a_delayed_task_on_time_not_at_its_next_poll(start
                message="the delayed task finished", output=daemon.output)
     started = Instance.objects.get(pk=delayed.pk).started
     assert due <= started < due + datetime.timedelta(seconds=0.5), started - due
+
+
+def test_a_task_that_snoozes_runs_again_after_each_snooze_without_a_retry(start_daemon):
+    atp.register_task_type("tests.snoozing", "tests.handlers.snooze", retry_limit=0,
+                           max_restarts=0, max_snoozes=3)
+    task = atp.enqueue("tests.snoozing", {"times": 2, "seconds": 0.3})
+    daemon = start_daemon("--workers", "2")
+    wait_until(lambda: Instance.objects.get(pk=task.pk).status == Status.FINISHED, 30,
+               message="the task finished", output=daemon.output)
+    instance = Instance.objects.get(pk=task.pk)
+    assert (instance.snoozes, instance.retries, instance.restarts, instance.attempt) == (2, 0, 0, 3)
+    assert atp.get_response(instance).json() == {
+        "attempt": 3, "snoozes": 2, "execution_count": 0, "restarts": 0}
+    history = list(LogRecord.objects.filter(instance=task).values_list("status", "time", "message"))
+    snoozed = [(time, message) for status, time, message in history if status == Status.ACCEPTED][1:]
+    assert [message.split("\n")[0] for _, message in snoozed] == [
+        "not ready at attempt 1", "not ready at attempt 2"]
+    assert "snoozed (snooze 2 of at most 3)" in snoozed[1][1]
+    starts = [time for status, time, _ in history if status == Status.RUNNING]
+    for (snoozed_at, _), started in zip(snoozed, starts[1:], strict=True):
+        assert started - snoozed_at >= datetime.timedelta(seconds=0.3), "ran before it was due"
+    assert "snoozed" in daemon.output()
+
+
+def test_a_task_that_snoozes_too_often_fails(start_daemon):
+    atp.register_task_type("tests.snoozing", "tests.handlers.snooze", max_snoozes=1)
+    task = atp.enqueue("tests.snoozing", {"seconds": 0.1})
+    daemon = start_daemon("--workers", "1")
+    wait_until(lambda: Instance.objects.get(pk=task.pk).status == Status.FAILED, 30,
+               message="the task failed", output=daemon.output)
+    instance = Instance.objects.get(pk=task.pk)
+    assert (instance.snoozes, instance.retries, instance.attempt) == (1, 0, 2)
+    assert LogRecord.objects.filter(instance=task).last().message == (
+        "not ready at attempt 2\nsnoozed again after 1 snooze, its type's max_snoozes: "
+        "failed instead")

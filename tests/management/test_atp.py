@@ -112,13 +112,13 @@ def test_status_reads_as_a_table_marking_paused_types(noop_type):
 
 def test_types_shows_what_an_operator_tunes(db):
     atp.register_task_type("tests.noop", "tests.handlers.noop", timeout=90, max_restarts=2,
-                           retry_limit=4, rate=2.5, max_concurrency=3,
+                           retry_limit=4, rate=2.5, max_concurrency=3, max_snoozes=9,
                            retention=datetime.timedelta(days=7))
     [noop] = [t for t in atp_command("types")["types"] if t["type"] == "tests.noop"]
     assert noop == {
         "type": "tests.noop", "handler": "tests.handlers.noop", "pull": False,
         "timeout_seconds": 90.0, "max_restarts": 2, "retry_limit": 4,
-        "age_limit_seconds": None, "rate": 2.5, "bucket_size": None, "max_concurrency": 3,
+        "age_limit_seconds": None, "max_snoozes": 9, "rate": 2.5, "bucket_size": None, "max_concurrency": 3,
         "max_queued": None, "retention_seconds": 7 * 86400.0, "paused": False,
     }
 

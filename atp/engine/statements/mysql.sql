@@ -33,7 +33,7 @@ SELECT UTC_TIMESTAMP(6) FROM atp_daemon WHERE id = %s AND stopped IS NULL LOCK I
 SELECT y.id, y.identifier, y.handler, y.timeout, y.max_restarts, y.retention,
     y.max_concurrency, y.max_input_bytes, y.max_response_bytes, y.max_queued, y.rate,
     y.bucket_size, y.tokens, y.tokens_at, y.dedup_window, y.retry_limit, y.age_limit,
-    y.min_backoff, y.max_backoff, y.max_doublings, y.retry_jitter, y.is_paused, y.pull,
+    y.min_backoff, y.max_backoff, y.max_doublings, y.retry_jitter, y.max_snoozes, y.is_paused, y.pull,
     y.input_format, y.description, y.created, y.updated
 FROM JSON_TABLE(%s, '$[*]' COLUMNS (id BIGINT PATH '$')) AS j
     STRAIGHT_JOIN atp_type AS y FORCE INDEX (PRIMARY) ON y.id = j.id
@@ -45,7 +45,7 @@ WHERE y.is_paused = 0 AND y.pull = 0;
 SELECT y.id, y.identifier, y.handler, y.timeout, y.max_restarts, y.retention,
     y.max_concurrency, y.max_input_bytes, y.max_response_bytes, y.max_queued, y.rate,
     y.bucket_size, y.tokens, y.tokens_at, y.dedup_window, y.retry_limit, y.age_limit,
-    y.min_backoff, y.max_backoff, y.max_doublings, y.retry_jitter, y.is_paused, y.pull,
+    y.min_backoff, y.max_backoff, y.max_doublings, y.retry_jitter, y.max_snoozes, y.is_paused, y.pull,
     y.input_format, y.description, y.created, y.updated
 FROM JSON_TABLE(%s, '$[*]' COLUMNS (id BIGINT PATH '$')) AS j
     STRAIGHT_JOIN atp_type AS y FORCE INDEX (PRIMARY) ON y.id = j.id
@@ -75,7 +75,7 @@ FOR UPDATE SKIP LOCKED;
 -- The tasks of the JSON array %s (ascending), locked: the claim takes those still
 -- ACCEPTED (atp.states.TRANSITIONS), the others are strays.
 SELECT i.id, i.type_id, i.identifier, i.named, i.status, i.priority, i.tag, i.attempt,
-    i.restarts, i.retries, i.batch_id, i.progress_done, i.progress_total,
+    i.restarts, i.retries, i.snoozes, i.batch_id, i.progress_done, i.progress_total,
     i.progress_message, i.daemon_id, i.created, i.updated, i.started, i.finished
 FROM JSON_TABLE(%s, '$[*]' COLUMNS (id BIGINT PATH '$')) AS j
     STRAIGHT_JOIN atp_instance AS i FORCE INDEX (PRIMARY) ON i.id = j.id
@@ -127,7 +127,7 @@ UPDATE atp_instance SET status = 'RUNNING', started = %(now)s, updated = %(now)s
 WHERE id = %(pk)s AND status = 'SCHEDULED' AND attempt = %(attempt)s;
 
 -- name: instance_of
-SELECT id, type_id, identifier, named, status, priority, tag, attempt, restarts, retries,
+SELECT id, type_id, identifier, named, status, priority, tag, attempt, restarts, retries, snoozes,
     batch_id, progress_done, progress_total, progress_message, daemon_id, created, updated,
     started, finished
 FROM atp_instance WHERE id = %s;
@@ -136,7 +136,7 @@ FROM atp_instance WHERE id = %s;
 SELECT id, identifier, handler, timeout, max_restarts, retention, max_concurrency,
     max_input_bytes, max_response_bytes, max_queued, rate, bucket_size, tokens, tokens_at,
     dedup_window, retry_limit, age_limit, min_backoff, max_backoff, max_doublings,
-    retry_jitter, is_paused, pull, input_format, description, created, updated
+    retry_jitter, max_snoozes, is_paused, pull, input_format, description, created, updated
 FROM atp_type WHERE id = %s;
 
 -- name: inputs_of
@@ -210,10 +210,10 @@ LOCK IN SHARE MODE;
 -- MariaDB: one instance per identifier of %(identifiers)s (a JSON array), in its order,
 -- with the values they share bound once; returns each key with its identifier.
 INSERT INTO atp_instance (type_id, identifier, named, status, priority, tag, attempt,
-    restarts, retries, batch_id, progress_done, progress_total, progress_message,
+    restarts, retries, snoozes, batch_id, progress_done, progress_total, progress_message,
     daemon_id, created, updated, started, finished)
 SELECT %(type_id)s, j.identifier, %(named)s, %(status)s, %(priority)s, %(tag)s, %(attempt)s,
-    %(restarts)s, %(retries)s, %(batch_id)s, %(progress_done)s, %(progress_total)s,
+    %(restarts)s, %(retries)s, %(snoozes)s, %(batch_id)s, %(progress_done)s, %(progress_total)s,
     %(progress_message)s, %(daemon_id)s, %(created)s, %(updated)s, %(started)s, %(finished)s
 FROM JSON_TABLE(%(identifiers)s, '$[*]' COLUMNS (
     number FOR ORDINALITY, identifier TEXT PATH '$' ERROR ON ERROR)) AS j
@@ -226,10 +226,10 @@ RETURNING id, identifier;
 -- RETURNING, each instance of a batch (the keys of an INSERT of many rows need not be
 -- consecutive under innodb_autoinc_lock_mode = 2, MySQL 8's default).
 INSERT INTO atp_instance (type_id, identifier, named, status, priority, tag, attempt,
-    restarts, retries, batch_id, progress_done, progress_total, progress_message,
+    restarts, retries, snoozes, batch_id, progress_done, progress_total, progress_message,
     daemon_id, created, updated, started, finished)
 VALUES (%(type_id)s, %(identifier)s, %(named)s, %(status)s, %(priority)s, %(tag)s,
-    %(attempt)s, %(restarts)s, %(retries)s, %(batch_id)s, %(progress_done)s,
+    %(attempt)s, %(restarts)s, %(retries)s, %(snoozes)s, %(batch_id)s, %(progress_done)s,
     %(progress_total)s, %(progress_message)s, %(daemon_id)s, %(created)s, %(updated)s,
     %(started)s, %(finished)s);
 

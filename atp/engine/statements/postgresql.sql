@@ -136,14 +136,14 @@ WITH kinds AS (
     FROM ranked WHERE i.id = ranked.instance_id
         AND CASE WHEN i.status IN ('ACCEPTED') THEN true ELSE false END
     RETURNING i.id, i.type_id, i.identifier, i.named, i.status, i.priority, i.tag, i.attempt,
-        i.restarts, i.retries, i.batch_id, i.progress_done, i.progress_total,
+        i.restarts, i.retries, i.snoozes, i.batch_id, i.progress_done, i.progress_total,
         i.progress_message, i.daemon_id, i.created, i.updated, i.started, i.finished
 ), leased AS (
     UPDATE atp_task t SET daemon_id = %(daemon)s, claimed = STATEMENT_TIMESTAMP(),
         deadline = STATEMENT_TIMESTAMP() + ty.timeout
     FROM scheduled s, atp_type ty WHERE t.instance_id = s.id AND ty.id = t.type_id
     RETURNING t.not_before, s.id, s.type_id, s.identifier, s.named, s.status, s.priority, s.tag,
-        s.attempt, s.restarts, s.retries, s.batch_id, s.progress_done, s.progress_total,
+        s.attempt, s.restarts, s.retries, s.snoozes, s.batch_id, s.progress_done, s.progress_total,
         s.progress_message, s.daemon_id, s.created, s.updated, s.started, s.finished
 ), logged AS (
     INSERT INTO atp_logrecord (instance_id, time, status, attempt, message, daemon, actor)
@@ -157,12 +157,12 @@ SELECT meta.alive, meta.limited,
     CASE WHEN row_number() OVER () = 1 THEN meta.strays END AS strays,
     CASE WHEN row_number() OVER () = 1 THEN meta.settled END AS settled,
     l.id, l.type_id, l.identifier, l.named, l.status, l.priority, l.tag, l.attempt,
-    l.restarts, l.retries, l.batch_id, l.progress_done, l.progress_total,
+    l.restarts, l.retries, l.snoozes, l.batch_id, l.progress_done, l.progress_total,
     l.progress_message, l.daemon_id, l.created, l.updated, l.started, l.finished,
     ty.id, ty.identifier, ty.handler, ty.timeout, ty.max_restarts, ty.retention,
     ty.max_concurrency, ty.max_input_bytes, ty.max_response_bytes, ty.max_queued, ty.rate,
     ty.bucket_size, ty.tokens, ty.tokens_at, ty.dedup_window, ty.retry_limit, ty.age_limit,
-    ty.min_backoff, ty.max_backoff, ty.max_doublings, ty.retry_jitter, ty.is_paused, ty.pull,
+    ty.min_backoff, ty.max_backoff, ty.max_doublings, ty.retry_jitter, ty.max_snoozes, ty.is_paused, ty.pull,
     ty.input_format, ty.description, ty.created, ty.updated,
     inp.instance_id, inp.input_format, inp.data
 FROM (
@@ -249,14 +249,14 @@ WITH kinds AS (
     FROM ranked WHERE i.id = ranked.instance_id
         AND CASE WHEN i.status IN ('ACCEPTED') THEN true ELSE false END
     RETURNING i.id, i.type_id, i.identifier, i.named, i.status, i.priority, i.tag, i.attempt,
-        i.restarts, i.retries, i.batch_id, i.progress_done, i.progress_total,
+        i.restarts, i.retries, i.snoozes, i.batch_id, i.progress_done, i.progress_total,
         i.progress_message, i.daemon_id, i.created, i.updated, i.started, i.finished
 ), leased AS (
     UPDATE atp_task t SET daemon_id = %(daemon)s, claimed = STATEMENT_TIMESTAMP(),
         deadline = STATEMENT_TIMESTAMP() + ty.timeout
     FROM scheduled s, atp_type ty WHERE t.instance_id = s.id AND ty.id = t.type_id
     RETURNING t.not_before, s.id, s.type_id, s.identifier, s.named, s.status, s.priority, s.tag,
-        s.attempt, s.restarts, s.retries, s.batch_id, s.progress_done, s.progress_total,
+        s.attempt, s.restarts, s.retries, s.snoozes, s.batch_id, s.progress_done, s.progress_total,
         s.progress_message, s.daemon_id, s.created, s.updated, s.started, s.finished
 ), logged AS (
     INSERT INTO atp_logrecord (instance_id, time, status, attempt, message, daemon, actor)
@@ -276,12 +276,12 @@ SELECT meta.alive, meta.limited,
     CASE WHEN row_number() OVER () = 1 THEN meta.strays END AS strays,
     CASE WHEN row_number() OVER () = 1 THEN meta.settled END AS settled,
     l.id, l.type_id, l.identifier, l.named, l.status, l.priority, l.tag, l.attempt,
-    l.restarts, l.retries, l.batch_id, l.progress_done, l.progress_total,
+    l.restarts, l.retries, l.snoozes, l.batch_id, l.progress_done, l.progress_total,
     l.progress_message, l.daemon_id, l.created, l.updated, l.started, l.finished,
     ty.id, ty.identifier, ty.handler, ty.timeout, ty.max_restarts, ty.retention,
     ty.max_concurrency, ty.max_input_bytes, ty.max_response_bytes, ty.max_queued, ty.rate,
     ty.bucket_size, ty.tokens, ty.tokens_at, ty.dedup_window, ty.retry_limit, ty.age_limit,
-    ty.min_backoff, ty.max_backoff, ty.max_doublings, ty.retry_jitter, ty.is_paused, ty.pull,
+    ty.min_backoff, ty.max_backoff, ty.max_doublings, ty.retry_jitter, ty.max_snoozes, ty.is_paused, ty.pull,
     ty.input_format, ty.description, ty.created, ty.updated,
     inp.instance_id, inp.input_format, inp.data
 FROM (
@@ -427,14 +427,14 @@ WITH batch AS (
     FROM ranked WHERE i.id = ranked.instance_id
         AND CASE WHEN i.status IN ('ACCEPTED') THEN true ELSE false END
     RETURNING i.id, i.type_id, i.identifier, i.named, i.status, i.priority, i.tag, i.attempt,
-        i.restarts, i.retries, i.batch_id, i.progress_done, i.progress_total,
+        i.restarts, i.retries, i.snoozes, i.batch_id, i.progress_done, i.progress_total,
         i.progress_message, i.daemon_id, i.created, i.updated, i.started, i.finished
 ), leased AS (
     UPDATE atp_task t SET daemon_id = %(daemon)s, claimed = STATEMENT_TIMESTAMP(),
         deadline = STATEMENT_TIMESTAMP() + ty.timeout
     FROM scheduled s, atp_type ty WHERE t.instance_id = s.id AND ty.id = t.type_id
     RETURNING t.not_before, s.id, s.type_id, s.identifier, s.named, s.status, s.priority, s.tag,
-        s.attempt, s.restarts, s.retries, s.batch_id, s.progress_done, s.progress_total,
+        s.attempt, s.restarts, s.retries, s.snoozes, s.batch_id, s.progress_done, s.progress_total,
         s.progress_message, s.daemon_id, s.created, s.updated, s.started, s.finished
 ), logged AS (
     INSERT INTO atp_logrecord (instance_id, time, status, attempt, message, daemon, actor)
@@ -448,12 +448,12 @@ SELECT meta.alive, meta.limited,
     CASE WHEN row_number() OVER () = 1 THEN meta.strays END AS strays,
     CASE WHEN row_number() OVER () = 1 THEN meta.settled END AS settled,
     l.id, l.type_id, l.identifier, l.named, l.status, l.priority, l.tag, l.attempt,
-    l.restarts, l.retries, l.batch_id, l.progress_done, l.progress_total,
+    l.restarts, l.retries, l.snoozes, l.batch_id, l.progress_done, l.progress_total,
     l.progress_message, l.daemon_id, l.created, l.updated, l.started, l.finished,
     ty.id, ty.identifier, ty.handler, ty.timeout, ty.max_restarts, ty.retention,
     ty.max_concurrency, ty.max_input_bytes, ty.max_response_bytes, ty.max_queued, ty.rate,
     ty.bucket_size, ty.tokens, ty.tokens_at, ty.dedup_window, ty.retry_limit, ty.age_limit,
-    ty.min_backoff, ty.max_backoff, ty.max_doublings, ty.retry_jitter, ty.is_paused, ty.pull,
+    ty.min_backoff, ty.max_backoff, ty.max_doublings, ty.retry_jitter, ty.max_snoozes, ty.is_paused, ty.pull,
     ty.input_format, ty.description, ty.created, ty.updated,
     inp.instance_id, inp.input_format, inp.data
 FROM (
@@ -574,14 +574,14 @@ WITH batch AS (
     FROM ranked WHERE i.id = ranked.instance_id
         AND CASE WHEN i.status IN ('ACCEPTED') THEN true ELSE false END
     RETURNING i.id, i.type_id, i.identifier, i.named, i.status, i.priority, i.tag, i.attempt,
-        i.restarts, i.retries, i.batch_id, i.progress_done, i.progress_total,
+        i.restarts, i.retries, i.snoozes, i.batch_id, i.progress_done, i.progress_total,
         i.progress_message, i.daemon_id, i.created, i.updated, i.started, i.finished
 ), leased AS (
     UPDATE atp_task t SET daemon_id = %(daemon)s, claimed = STATEMENT_TIMESTAMP(),
         deadline = STATEMENT_TIMESTAMP() + ty.timeout
     FROM scheduled s, atp_type ty WHERE t.instance_id = s.id AND ty.id = t.type_id
     RETURNING t.not_before, s.id, s.type_id, s.identifier, s.named, s.status, s.priority, s.tag,
-        s.attempt, s.restarts, s.retries, s.batch_id, s.progress_done, s.progress_total,
+        s.attempt, s.restarts, s.retries, s.snoozes, s.batch_id, s.progress_done, s.progress_total,
         s.progress_message, s.daemon_id, s.created, s.updated, s.started, s.finished
 ), logged AS (
     INSERT INTO atp_logrecord (instance_id, time, status, attempt, message, daemon, actor)
@@ -601,12 +601,12 @@ SELECT meta.alive, meta.limited,
     CASE WHEN row_number() OVER () = 1 THEN meta.strays END AS strays,
     CASE WHEN row_number() OVER () = 1 THEN meta.settled END AS settled,
     l.id, l.type_id, l.identifier, l.named, l.status, l.priority, l.tag, l.attempt,
-    l.restarts, l.retries, l.batch_id, l.progress_done, l.progress_total,
+    l.restarts, l.retries, l.snoozes, l.batch_id, l.progress_done, l.progress_total,
     l.progress_message, l.daemon_id, l.created, l.updated, l.started, l.finished,
     ty.id, ty.identifier, ty.handler, ty.timeout, ty.max_restarts, ty.retention,
     ty.max_concurrency, ty.max_input_bytes, ty.max_response_bytes, ty.max_queued, ty.rate,
     ty.bucket_size, ty.tokens, ty.tokens_at, ty.dedup_window, ty.retry_limit, ty.age_limit,
-    ty.min_backoff, ty.max_backoff, ty.max_doublings, ty.retry_jitter, ty.is_paused, ty.pull,
+    ty.min_backoff, ty.max_backoff, ty.max_doublings, ty.retry_jitter, ty.max_snoozes, ty.is_paused, ty.pull,
     ty.input_format, ty.description, ty.created, ty.updated,
     inp.instance_id, inp.input_format, inp.data
 FROM (
@@ -654,7 +654,7 @@ WITH started AS (
     SET status = 'RUNNING', started = STATEMENT_TIMESTAMP(), updated = STATEMENT_TIMESTAMP()
     WHERE i.id = %(pk)s AND i.status = 'SCHEDULED' AND i.attempt = %(attempt)s
     RETURNING i.id, i.type_id, i.identifier, i.named, i.status, i.priority, i.tag, i.attempt,
-        i.restarts, i.retries, i.batch_id, i.progress_done, i.progress_total,
+        i.restarts, i.retries, i.snoozes, i.batch_id, i.progress_done, i.progress_total,
         i.progress_message, i.daemon_id, i.created, i.updated, i.started, i.finished
 ), logged AS (
     INSERT INTO atp_logrecord (instance_id, time, status, attempt, message, daemon, actor)
@@ -662,12 +662,12 @@ WITH started AS (
     FROM started
 )
 SELECT s.id, s.type_id, s.identifier, s.named, s.status, s.priority, s.tag, s.attempt,
-    s.restarts, s.retries, s.batch_id, s.progress_done, s.progress_total,
+    s.restarts, s.retries, s.snoozes, s.batch_id, s.progress_done, s.progress_total,
     s.progress_message, s.daemon_id, s.created, s.updated, s.started, s.finished,
     ty.id, ty.identifier, ty.handler, ty.timeout, ty.max_restarts, ty.retention,
     ty.max_concurrency, ty.max_input_bytes, ty.max_response_bytes, ty.max_queued, ty.rate,
     ty.bucket_size, ty.tokens, ty.tokens_at, ty.dedup_window, ty.retry_limit, ty.age_limit,
-    ty.min_backoff, ty.max_backoff, ty.max_doublings, ty.retry_jitter, ty.is_paused, ty.pull,
+    ty.min_backoff, ty.max_backoff, ty.max_doublings, ty.retry_jitter, ty.max_snoozes, ty.is_paused, ty.pull,
     ty.input_format, ty.description, ty.created, ty.updated,
     inp.instance_id, inp.input_format, inp.data
 FROM started s JOIN atp_type ty ON ty.id = s.type_id JOIN atp_inputs inp ON inp.instance_id = s.id;
@@ -744,10 +744,10 @@ WITH kind AS (
         AND pull = %(pull)s AND (dedup_window IS NULL OR NOT %(named)s)
 ), new AS (
     INSERT INTO atp_instance (type_id, identifier, named, status, priority, tag, attempt,
-        restarts, retries, batch_id, progress_done, progress_total, progress_message,
+        restarts, retries, snoozes, batch_id, progress_done, progress_total, progress_message,
         daemon_id, created, updated, started, finished)
     SELECT %(type_id)s, %(identifier)s, %(named)s, %(status)s, %(priority)s, %(tag)s,
-        %(attempt)s, %(restarts)s, %(retries)s, %(batch_id)s, %(progress_done)s,
+        %(attempt)s, %(restarts)s, %(retries)s, %(snoozes)s, %(batch_id)s, %(progress_done)s,
         %(progress_total)s, %(progress_message)s, %(daemon_id)s,
         STATEMENT_TIMESTAMP(), STATEMENT_TIMESTAMP(), %(started)s, %(finished)s
     FROM kind
@@ -785,10 +785,10 @@ WITH kind AS (
     AS b(identifier, data, position)
 ), new AS (
     INSERT INTO atp_instance (type_id, identifier, named, status, priority, tag, attempt,
-        restarts, retries, batch_id, progress_done, progress_total, progress_message,
+        restarts, retries, snoozes, batch_id, progress_done, progress_total, progress_message,
         daemon_id, created, updated, started, finished)
     SELECT %(type_id)s, batch.identifier, %(named)s, %(status)s, %(priority)s, %(tag)s,
-        %(attempt)s, %(restarts)s, %(retries)s, %(batch_id)s, %(progress_done)s,
+        %(attempt)s, %(restarts)s, %(retries)s, %(snoozes)s, %(batch_id)s, %(progress_done)s,
         %(progress_total)s, %(progress_message)s, %(daemon_id)s,
         STATEMENT_TIMESTAMP(), STATEMENT_TIMESTAMP(), %(started)s, %(finished)s
     FROM kind, batch ORDER BY batch.position

@@ -25,7 +25,7 @@ SELECT 1 FROM atp_daemon WHERE id = %s AND stopped IS NULL;
 SELECT id, identifier, handler, timeout, max_restarts, retention, max_concurrency,
     max_input_bytes, max_response_bytes, max_queued, rate, bucket_size, tokens, tokens_at,
     dedup_window, retry_limit, age_limit, min_backoff, max_backoff, max_doublings,
-    retry_jitter, is_paused, pull, input_format, description, created, updated
+    retry_jitter, max_snoozes, is_paused, pull, input_format, description, created, updated
 FROM atp_type
 WHERE is_paused = 0 AND pull = 0 AND id IN (SELECT value FROM json_each(%s));
 
@@ -85,7 +85,7 @@ SET status = CASE WHEN id IN (SELECT value FROM json_each(%(starting)s))
     started = CASE WHEN id IN (SELECT value FROM json_each(%(starting)s))
         THEN %(now)s ELSE started END
 WHERE id IN (SELECT value FROM json_each(%(keys)s)) AND status IN ('ACCEPTED')
-RETURNING id, type_id, identifier, named, status, priority, tag, attempt, restarts, retries,
+RETURNING id, type_id, identifier, named, status, priority, tag, attempt, restarts, retries, snoozes,
     batch_id, progress_done, progress_total, progress_message, daemon_id, created, updated,
     started, finished;
 
@@ -133,7 +133,7 @@ FROM levels l WHERE l.priority IS NOT NULL;
 -- no row (refused).
 UPDATE atp_instance SET status = 'RUNNING', started = %(now)s, updated = %(now)s
 WHERE id = %(pk)s AND status = 'SCHEDULED' AND attempt = %(attempt)s
-RETURNING id, type_id, identifier, named, status, priority, tag, attempt, restarts, retries,
+RETURNING id, type_id, identifier, named, status, priority, tag, attempt, restarts, retries, snoozes,
     batch_id, progress_done, progress_total, progress_message, daemon_id, created, updated,
     started, finished;
 
@@ -141,7 +141,7 @@ RETURNING id, type_id, identifier, named, status, priority, tag, attempt, restar
 SELECT id, identifier, handler, timeout, max_restarts, retention, max_concurrency,
     max_input_bytes, max_response_bytes, max_queued, rate, bucket_size, tokens, tokens_at,
     dedup_window, retry_limit, age_limit, min_backoff, max_backoff, max_doublings,
-    retry_jitter, is_paused, pull, input_format, description, created, updated
+    retry_jitter, max_snoozes, is_paused, pull, input_format, description, created, updated
 FROM atp_type WHERE id = %s;
 
 -- name: inputs_of
@@ -207,10 +207,10 @@ WHERE id = %(type_id)s AND identifier = %(type_identifier)s AND input_format = %
 -- One instance per identifier of %(identifiers)s (a JSON array), in its order, with the
 -- values they share bound once; returns each key with its identifier.
 INSERT INTO atp_instance (type_id, identifier, named, status, priority, tag, attempt,
-    restarts, retries, batch_id, progress_done, progress_total, progress_message,
+    restarts, retries, snoozes, batch_id, progress_done, progress_total, progress_message,
     daemon_id, created, updated, started, finished)
 SELECT %(type_id)s, value, %(named)s, %(status)s, %(priority)s, %(tag)s, %(attempt)s,
-    %(restarts)s, %(retries)s, %(batch_id)s, %(progress_done)s, %(progress_total)s,
+    %(restarts)s, %(retries)s, %(snoozes)s, %(batch_id)s, %(progress_done)s, %(progress_total)s,
     %(progress_message)s, %(daemon_id)s, %(created)s, %(updated)s, %(started)s, %(finished)s
 FROM json_each(%(identifiers)s) ORDER BY key
 RETURNING id, identifier;

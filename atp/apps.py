@@ -38,7 +38,8 @@ def sync_types_after_migrate(sender, using, plan=None, **kwargs):
 
     connection = connections[using]
     tables = connection.introspection.table_names()
-    if Type._meta.db_table not in tables:
+    # Left for the migrate that brings the table, or its columns, back.
+    if not _is_complete(connection, tables, Type):
         return
     sync_declared_types()
     if schedules.declarations() and _is_complete(connection, tables, Schedule):

@@ -272,6 +272,9 @@ class Instance(ConditionalIndexes, models.Model):
     updated = models.DateTimeField()
     started = models.DateTimeField(null=True, blank=True)
     finished = models.DateTimeField(null=True, blank=True)
+    expires = models.DateTimeField(
+        null=True, blank=True, help_text="No attempt starts after this time (given to enqueue).",
+    )
 
     class Meta:
         verbose_name = "task"
@@ -492,6 +495,10 @@ class Task(ConditionalIndexes, models.Model):
         null=True, blank=True, help_text="The running attempt times out at this time."
     )
     paused_since = models.DateTimeField(null=True, blank=True)
+    expires = models.DateTimeField(
+        null=True, blank=True, help_text="No attempt starts after this time; the task waiting "
+        "then is cancelled as expired.",
+    )
 
     class Meta:
         verbose_name = "queue entry"
@@ -518,6 +525,11 @@ class Task(ConditionalIndexes, models.Model):
             models.Index(
                 fields=["deadline"], condition=Q(deadline__isnull=False),
                 name="atp_task_deadline_idx",
+            ),
+            # The waiting tasks that expire, soonest first (``expire_waiting``).
+            models.Index(
+                fields=["expires"], condition=Q(expires__isnull=False, daemon__isnull=True),
+                name="atp_task_expiry_idx",
             ),
             # Leasing a tag's tasks (pull types), in claim order; untagged rows are
             # left out, so enqueues without a tag do not pay for it.

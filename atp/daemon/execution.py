@@ -36,6 +36,7 @@ from atp.exceptions import (
 from atp.registry import resolve_handler
 from atp.retry import RetryPolicy
 from atp.serialization import storable
+from atp.states import Status
 
 logger = logging.getLogger(__name__)
 
@@ -99,6 +100,19 @@ def execute(instance, attempt, handler_path, daemon="", *, resolved=None):
                                 max_bytes=instance.type.max_response_bytes)
     except InvalidResponse as exc:
         return Outcome.failed(pk, attempt, f"{exc} (the handler returned it)")
+
+
+def has_expired(task, held_for):
+    """Return whether ``task``, claimed and not started (SCHEDULED: prefetched), expired
+    before its worker reached it, ``held_for`` seconds after the worker received it.
+
+    Its time left is counted from its claim (``updated``, on the database clock, as its
+    ``expires`` is) on this host's steady clock, so no two clocks need agree; the few
+    milliseconds from the claim to the worker are not counted. A task the claim started
+    (RUNNING) started before it expired: the claim takes no expired task."""
+    if task.expires is None or task.status != Status.SCHEDULED:
+        return False
+    return held_for >= (task.expires - task.updated).total_seconds()
 
 
 def run_task(pk, attempt, handler_path, daemon=""):

@@ -118,6 +118,15 @@ def expire_pull_leases():
     return restarted
 
 
+def expire_waiting_tasks():
+    """Cancel the waiting tasks whose ``expires`` passed (``atp.engine.maintenance``);
+    return how many."""
+    expired = engine.expire_waiting()
+    if expired:
+        logger.info("%s waiting task(s) expired: cancelled", expired)
+    return expired
+
+
 def enqueue_due_schedules():
     """Enqueue the due runs of every schedule, once across all daemons (see
     ``atp.engine.schedules``); return how many tasks, and the seconds until the next

@@ -24,7 +24,7 @@ logger = logging.getLogger(__name__)
 #: What a task's history says when even the reason of its failure cannot be written.
 UNRECORDABLE = "atp could not record how this attempt ended; see the daemon's log"
 DONE = {Status.FINISHED: "finished", Status.FAILED: "failed", Status.ACCEPTED: "handed back",
-        Status.RUNNING: "started"}
+        Status.RUNNING: "started", Status.CANCELLED: "expired before it started"}
 
 
 def settle(daemon, outcomes):
@@ -102,6 +102,8 @@ def _write(outcome, daemon):
     pk, attempt = outcome.pk, outcome.attempt
     if outcome.status == Status.ACCEPTED and not outcome.snoozes:
         engine.hand_back(pk, outcome.message, attempt=attempt, daemon=daemon)
+    elif outcome.status == Status.CANCELLED:
+        engine.expire_attempt(pk, attempt=attempt, daemon=daemon)
     elif outcome.may_retry or outcome.snoozes:
         if outcome.started_ago is not None:  # a prefetched attempt: its start first
             settle_outcomes(daemon, [Outcome.started(pk, attempt, outcome.started_ago)])

@@ -135,6 +135,7 @@ class Supervisor:
             Duty("reaping silent daemons", heartbeat, is_contained=False, run=lambda:
                  maintenance.reap_stale_daemons(self.daemon, self.neighbours)),
             Duty("expiring pull leases", heartbeat, maintenance.expire_pull_leases),
+            Duty("cancelling expired tasks", heartbeat, maintenance.expire_waiting_tasks),
             Duty("tending batches", heartbeat,
                  lambda: maintenance.tend_batches(self.batch_blocks)),
             Duty("pruning stopped daemons", heartbeat, maintenance.prune_stopped_daemons,

@@ -24,9 +24,10 @@ import time
 import psutil
 
 from atp.daemon import collector, handoff, suspension
-from atp.daemon.execution import execute
+from atp.daemon.execution import execute, has_expired
 from atp.daemon.lease import clock
 from atp.daemon.outage import close_connections
+from atp.engine.outcomes import Outcome
 
 logger = logging.getLogger(__name__)
 
@@ -81,19 +82,23 @@ def worker_main(channel, lease_deadline, dropping, parent_pid, inherited_fds):
             _end_group(EXIT_PARENT_GONE)
         if message[0] == "stop":
             break
+        received = clock()
         for task, attempt, handler, daemon in handoff.unpack(message):
             try:
                 handoff.send(channel, _run(task, attempt, handler, daemon, dropping,
-                                           lease_deadline))
+                                           lease_deadline, received))
             except OSError:  # the supervisor is gone: so is this worker, and its group
                 _end_group(EXIT_PARENT_GONE)
     close_connections()
 
 
-def _run(task, attempt, handler, daemon, dropping, lease_deadline):
-    """Run one task, unless the daemon stops or lost its lease; return the answer to send."""
+def _run(task, attempt, handler, daemon, dropping, lease_deadline, received):
+    """Run one task, unless the daemon stops or lost its lease, or the task expired (it
+    came ``received``, on ``clock``); return the answer to send."""
     if dropping.value or clock() > lease_deadline.value:
         return ("dropped", task.pk, attempt)
+    if has_expired(task, clock() - received):
+        return handoff.done(task.pk, attempt, Outcome.expired(task.pk, attempt), time.monotonic())
     _running.set()
     try:
         outcome = execute(task, attempt, handler, daemon, resolved=_resolved)

@@ -18,6 +18,7 @@ from atp.engine.daemons import (
 )
 from atp.engine.enqueue import enqueue, enqueue_many, enqueue_on_commit
 from atp.engine.lifecycle import (
+    expire_attempt,
     fail,
     fail_or_retry,
     finish,
@@ -32,6 +33,7 @@ from atp.engine.lifecycle import (
 from atp.engine.maintenance import (
     delete_ended,
     delete_task,
+    expire_waiting,
     purge_finished,
     purge_plan,
     purge_tombstones,
@@ -64,7 +66,7 @@ from atp.engine.types import (
 
 __all__ = [
     "NOT_FOR_PULL",
-    "cancel", "claim_for_daemon", "complete", "expire_leases", "extend_lease", "lease_tasks", "register_pull_type", "declare_schedule", "delete_ended", "delete_schedule", "delete_task", "dequeue", "enqueue", "enqueue_due", "enqueue_many", "enqueue_on_commit", "fail", "fail_or_retry", "finish",
+    "cancel", "claim_for_daemon", "complete", "expire_leases", "extend_lease", "lease_tasks", "register_pull_type", "declare_schedule", "delete_ended", "delete_schedule", "delete_task", "dequeue", "enqueue", "enqueue_due", "enqueue_many", "enqueue_on_commit", "expire_attempt", "expire_waiting", "fail", "fail_or_retry", "finish",
     "get_response", "get_type", "next_due", "hand_back", "heartbeat", "heartbeat_counters", "log", "pause", "pause_type",
     "prune_daemons", "purge_plan", "purge_type_due", "purge_finished", "purge_tombstones", "purge_type", "reap_daemon", "reenqueue", "register_daemon", "release",
     "register_task_type", "restart", "restart_leases", "resume", "resume_type", "retire_daemon", "run_again", "run_now",

@@ -16,7 +16,7 @@ import datetime
 import logging
 
 from django.db import connections
-from django.db.models import DateTimeField, ExpressionWrapper, F, OuterRef, Subquery, Value
+from django.db.models import DateTimeField, ExpressionWrapper, F, OuterRef, Q, Subquery, Value
 from django.db.models.functions import Now
 
 from atp import registry
@@ -43,7 +43,7 @@ def dequeue(daemon, limit=1, *, types=None):
 
     Tasks are taken by priority, then by how long they have been runnable, skipping
     paused types, types at their ``max_concurrency``, tasks whose ``eta`` has not
-    come, held tasks, and types outside ``types`` (a list of identifiers) when given.
+    come, expired tasks (``expires``), held tasks, and types outside ``types`` (a list of identifiers) when given.
     Each claimed task starts a new attempt leased to ``daemon``, and its time-out
     clock starts. Raise ``InvalidParameter``, ``TaskTypeNotFound`` or ``DaemonStopped``.
     """
@@ -166,7 +166,7 @@ def runnable_tasks(type_ids):
     waiting = Task.objects.filter(
         daemon__isnull=True, paused_since__isnull=True, not_before__lte=Now(),
         type_id__in=type_ids,
-    ).order_by(*CLAIM_ORDER)
+    ).filter(Q(expires__isnull=True) | Q(expires__gt=Now())).order_by(*CLAIM_ORDER)
     if connections[database()].features.has_select_for_update_skip_locked:
         waiting = waiting.select_for_update(skip_locked=True)
     return waiting

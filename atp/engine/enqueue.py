@@ -48,7 +48,7 @@ INPUTS_BYTES_PER_INSERT = 1024 * 1024
 
 
 def enqueue(type_identifier, inputs=None, *, identifier=None, priority=0, eta=None,
-            countdown=None, tag=None):
+            countdown=None, tag=None, expires=None):
     """Queue a task of type ``type_identifier`` with ``inputs``; return its ``Instance``.
 
     ``identifier`` names the task (letters, digits, ``_`` and ``-``, at most 500; a
@@ -57,7 +57,9 @@ def enqueue(type_identifier, inputs=None, *, identifier=None, priority=0, eta=No
     default), even once the task is purged. Higher ``priority`` runs first. ``eta``
     (an aware datetime) or ``countdown`` (seconds or a timedelta) delays the start.
     ``tag`` (text, at most 500 characters) is what pull consumers lease related tasks
-    together by (``lease_tasks``). Raise ``TaskTypeNotFound``,
+    together by (``lease_tasks``). ``expires`` (an aware datetime, or seconds or a
+    timedelta from now) is when the task is cancelled if no attempt has started by then:
+    none starts after it (``expire_waiting``). Raise ``TaskTypeNotFound``,
     ``InputsNotSerializable``, ``InvalidParameter`` or ``TaskAlreadyExists``; nothing
     is written then.
     """
@@ -66,11 +68,11 @@ def enqueue(type_identifier, inputs=None, *, identifier=None, priority=0, eta=No
     priority = _clean_priority(priority)
     schedule = _schedule(eta, countdown)
     return _enqueue(type_identifier, [(identifier, inputs)], priority, schedule, named=named,
-                    tag=clean_tag(tag))[0]
+                    tag=clean_tag(tag), expires=_expiry(expires, schedule))[0]
 
 
 def enqueue_on_commit(type_identifier, inputs=None, *, identifier=None, priority=0, eta=None,
-                      countdown=None):
+                      countdown=None, expires=None):
     """Queue a task as ``enqueue`` does, but only once the surrounding transaction commits
     (at once outside one); return None, as the task does not exist yet.
 
@@ -80,11 +82,12 @@ def enqueue_on_commit(type_identifier, inputs=None, *, identifier=None, priority
     a full queue: ``QueueFull``; the type unregistered meanwhile; the database gone)
     raises from the commit, after the surrounding transaction committed, and Django
     skips the callbacks after this one (a batch's seal is done all the same). The inputs
-    are copied at the call. A ``countdown`` counts from the commit.
+    are copied at the call. A ``countdown`` (and ``expires`` in seconds) counts from the
+    commit.
     """
     identifier = None if identifier is None else _clean_identifier(identifier)
     _clean_priority(priority)
-    _schedule(eta, countdown)
+    _expiry(expires, _schedule(eta, countdown))
     _dump(inputs, get_type(type_identifier))
     inputs = copy.deepcopy(inputs)  # as they are now, not as the caller may change them
     batch_id = current_batch_id(on_commit=True)  # a member of the batch whose block runs now
@@ -92,7 +95,7 @@ def enqueue_on_commit(type_identifier, inputs=None, *, identifier=None, priority
     def enqueue_now():
         with member_of(batch_id):
             enqueue(type_identifier, inputs, identifier=identifier, priority=priority,
-                    eta=eta, countdown=countdown)
+                    eta=eta, countdown=countdown, expires=expires)
 
     transaction.on_commit(sealing_if_it_fails(enqueue_now), using=database())
 
@@ -103,41 +106,45 @@ def enqueue_reserved(type_identifier, inputs, name):
 
 
 def enqueue_many(type_identifier, inputs_list, *, priority=0, eta=None, countdown=None,
-                 tag=None):
+                 tag=None, expires=None):
     """Queue one task of type ``type_identifier`` per item of ``inputs_list``; return them.
 
     All tasks are written together or not at all, with generated identifiers (and
-    ``tag``, if given, each). Raise as ``enqueue`` does.
+    ``tag`` and ``expires``, if given, each). Raise as ``enqueue`` does.
     """
     priority = _clean_priority(priority)
     schedule = _schedule(eta, countdown)
+    expires = _expiry(expires, schedule)
     tag = clean_tag(tag)
     entries = [(uuid.uuid4().hex, inputs) for inputs in inputs_list]
     if not entries:
         get_type(type_identifier)  # an unknown type is still refused
         return []
-    return _enqueue(type_identifier, entries, priority, schedule, tag=tag)
+    return _enqueue(type_identifier, entries, priority, schedule, tag=tag, expires=expires)
 
 
-def _enqueue(type_identifier, entries, priority, schedule, named=False, tag=None):
+def _enqueue(type_identifier, entries, priority, schedule, named=False, tag=None, expires=None):
     """Write ``entries`` (``(identifier, inputs)``) as tasks; return their ``Instance`` objects.
     ``named``: the identifiers were given (one entry), not drawn."""
     key = type_identifier.identifier if isinstance(type_identifier, Type) else type_identifier
     with telemetry.sending(key, len(entries)) as written:
-        instances = _enqueue_as(key, type_identifier, entries, priority, schedule, named, tag)
+        instances = _enqueue_as(key, type_identifier, entries, priority, schedule, named, tag,
+                                expires)
         written(instances)
     return instances
 
 
-def _enqueue_as(key, type_identifier, entries, priority, schedule, named, tag):
+def _enqueue_as(key, type_identifier, entries, priority, schedule, named, tag, expires):
     take_write_lock(database())  # before the type is read in the caller's transaction
     if named:  # the type's window as it is now, not as a Type object given was read
         type_identifier = key
     writer = engine()
-    if conf.MAX_QUEUED_TOTAL is not None:  # every enqueue counts the queue
+    # Every enqueue counts the queue; or the task expires, which the engines' statements
+    # do not write: the portable form serves.
+    if conf.MAX_QUEUED_TOTAL is not None or expires is not None:
         task_type = get_type(type_identifier)
         encoded = [(identifier, _dump(inputs, task_type)) for identifier, inputs in entries]
-        return insert_tasks(task_type, encoded, priority, schedule, named, tag)
+        return insert_tasks(task_type, encoded, priority, schedule, named, tag, expires=expires)
     for attempt in range(3):
         # A type read before serves only an engine that checks it is still as read.
         task_type = _types.get(key) if attempt == 0 and writer.checks_type_as_read else None
@@ -287,24 +294,32 @@ def _check_depth(task_type, count):
 
 
 @queue_write
-def insert_tasks(task_type, entries, priority, schedule, named=False, tag=None):
+def insert_tasks(task_type, entries, priority, schedule, named=False, tag=None, expires=None):
     """Write ``entries`` (``(identifier, encoded inputs)``) as tasks of ``task_type`` with
     the ORM; return their ``Instance`` objects. The portable form every engine uses for
-    an enqueue that counts the queue or checks a name's ``dedup_window``, and the
-    ``orm`` engine's for every enqueue."""
-    _check_depth(task_type, len(entries))
+    an enqueue that counts the queue, checks a name's ``dedup_window`` or expires (``expires``:
+    an aware datetime, or a delay from now), and the ``orm`` engine's for every enqueue."""
     now = database_now(database())
     not_before = schedule if isinstance(schedule, datetime.datetime) else now + schedule
+    if isinstance(expires, datetime.timedelta):
+        expires = now + expires
+    if expires is not None and expires <= max(now, not_before):
+        raise InvalidParameter(
+            f"the task would expire ({expires.isoformat(timespec='milliseconds')}) before it "
+            f"could start ({max(now, not_before).isoformat(timespec='milliseconds')})")
+    _check_depth(task_type, len(entries))
     instances = Instance.objects.bulk_create(
         Instance(type=task_type, identifier=identifier, priority=priority, created=now,
-                 updated=now, named=named, batch_id=current_batch_id(), tag=tag)
+                 updated=now, named=named, batch_id=current_batch_id(), tag=tag,
+                 expires=expires)
         for identifier, _ in entries
     )
     _fill_primary_keys(task_type, instances)
     try:
         Task.objects.bulk_create(
             Task(instance=instance, type=task_type, identifier=instance.identifier,
-                 priority=priority, enqueued=now, not_before=not_before, tag=tag)
+                 priority=priority, enqueued=now, not_before=not_before, tag=tag,
+                 expires=expires)
             for instance in instances
         )
     except IntegrityError:
@@ -396,6 +411,37 @@ def _clean_priority(priority):
             f"priority must be an integer from {PRIORITY_MIN} to {PRIORITY_MAX}, not {priority!r}"
         )
     return priority
+
+
+def _expiry(expires, schedule):
+    """Return when a task expires (``expires``: None, an aware datetime, or seconds or a
+    timedelta from now), as given: a datetime, or a delay from now; raise
+    ``InvalidParameter`` for one that cannot come after the task is due (``schedule``,
+    ``_schedule``'s)."""
+    if expires is None:
+        return None
+    if isinstance(expires, datetime.datetime):
+        if settings.USE_TZ and timezone.is_naive(expires):
+            raise InvalidParameter("expires must be timezone-aware")
+        if isinstance(schedule, datetime.datetime) and expires <= schedule:
+            raise InvalidParameter(f"expires ({expires.isoformat()}) must come after the "
+                                   f"task's eta ({schedule.isoformat()})")
+        return expires
+    given = expires
+    if isinstance(expires, (int, float)) and not isinstance(expires, bool):
+        try:
+            expires = datetime.timedelta(seconds=expires)
+        except (OverflowError, ValueError):  # infinite, not a number, or huge
+            expires = None
+    if (not isinstance(expires, datetime.timedelta)
+            or not datetime.timedelta(0) < expires <= DURATION_MAX):
+        raise InvalidParameter(
+            f"expires must be an aware datetime, or a number of seconds (or a timedelta) "
+            f"above 0 and up to {DURATION_MAX.days} days, not {given!r}")
+    if isinstance(schedule, datetime.timedelta) and expires <= schedule:
+        raise InvalidParameter(f"expires (in {expires.total_seconds():g} s) must come after "
+                               f"the task's countdown ({schedule.total_seconds():g} s)")
+    return expires
 
 
 def _schedule(eta, countdown):

@@ -247,6 +247,27 @@ def snooze(instance, seconds, message="", *, attempt, daemon=None):
     return attempt
 
 
+def expired(expires):
+    """Return what the history of a task cancelled as it expired says."""
+    return f"expired: not started by {expires.isoformat(timespec='milliseconds')}"
+
+
+@queue_write
+def expire_attempt(instance, *, attempt, daemon=None):
+    """Cancel a task whose prefetched attempt ``attempt`` reached its worker after the
+    task's ``expires``, before it started: no attempt starts after it. Return the
+    attempt; raise ``InvalidTransition`` or ``AttemptSuperseded`` when the attempt is not
+    SCHEDULED under this lease any more (an operator or a reaper moved the task on)."""
+    pk = pk_of(instance)
+    _lock_leased(pk, attempt)
+    expires = Instance.objects.values_list("expires", flat=True).get(pk=pk)
+    if expires is None:
+        raise InvalidTransition(f"task #{pk} does not expire", target=Status.CANCELLED)
+    _leave_queue(pk, attempt, Status.CANCELLED)
+    return move(pk, Status.CANCELLED, sources={Status.SCHEDULED}, attempt=attempt,
+                changes={"finished": Now()}, message=expired(expires), daemon=daemon)
+
+
 def _leave_queue(pk, attempt, target):
     if attempt is not None:
         # The holder of an attempt ends it itself, and only while it holds the lease.

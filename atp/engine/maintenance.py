@@ -9,13 +9,43 @@ from django.db.models.functions import Now
 from atp.conf import conf
 from atp.db import database_now
 from atp.engine.base import database, pk_of, queue_write
+from atp.engine.lifecycle import expired
 from atp.engine.locks import lock_task
+from atp.engine.transitions import move
 from atp.engine.types import find_type
 from atp.exceptions import InvalidParameter, InvalidTransition
 from atp.models import Instance, Task, Tombstone, Type
 from atp.states import TERMINAL, Status
 
 DELETABLE = (Status.ACCEPTED, *TERMINAL)
+#: How many expired tasks one ``expire_waiting`` cancels at most.
+EXPIRE_BATCH_SIZE = 500
+
+
+def expire_waiting(limit=EXPIRE_BATCH_SIZE):
+    """Cancel up to ``limit`` waiting tasks whose ``expires`` passed, the soonest expired
+    first, each saying so in its history; return how many. No claim takes them already
+    (the claim's filter): this ends them. A task a claim took before it expired runs; a
+    held (paused) task waits for its resume."""
+    pks = list(Task.objects.filter(expires__lte=Now(), daemon__isnull=True)
+               .order_by("expires").values_list("instance_id", flat=True)[:limit])
+    return sum(_expire(pk) for pk in pks)
+
+
+@queue_write
+def _expire(pk):
+    """Cancel task ``pk`` if it still waits, unclaimed, past its expiry; return whether it did."""
+    locked = lock_task(pk)
+    if not locked.has_row or locked.is_leased or locked.status != Status.ACCEPTED:
+        return False  # gone, claimed before it expired, or held: not for the sweep
+    expires = (Task.objects.filter(instance_id=pk, expires__lte=Now())
+               .values_list("expires", flat=True).first())
+    if expires is None:
+        return False
+    Task.objects.filter(instance_id=pk).delete()
+    move(pk, Status.CANCELLED, sources={Status.ACCEPTED}, changes={"finished": Now()},
+         message=expired(expires))
+    return True
 
 
 @queue_write

@@ -20,7 +20,7 @@ from atp.serialization import encode_response
 from atp.states import Status
 
 #: What an outcome asks for: end the task, or hand it back to the queue.
-ENDINGS = (Status.FINISHED, Status.FAILED, Status.ACCEPTED)
+ENDINGS = (Status.FINISHED, Status.FAILED, Status.ACCEPTED, Status.CANCELLED)
 #: What an outcome may ask for when its task's start is not written yet.
 AFTER_START = (Status.RUNNING, Status.FINISHED, Status.FAILED)
 
@@ -47,6 +47,9 @@ class Outcome:
     ``response``, ``(bytes, content type, charset)`` or None), FAILED (``message`` says
     why) or ACCEPTED (handed back, no restart spent).
 
+    A CANCELLED outcome is a prefetched attempt that reached its worker after its task
+    expired, never started (``lifecycle.expire_attempt``).
+
     An ACCEPTED outcome with a ``countdown`` is a snooze (``atp.Snooze``): the attempt
     ran, and the task waits ``countdown`` seconds to run again (``lifecycle.snooze``).
 
@@ -69,9 +72,9 @@ class Outcome:
 
     @property
     def alone(self):
-        """Whether this outcome is written by itself (a hand-back, a snooze, or a failure
-        that may be retried), not in a batch of ends."""
-        return self.status == Status.ACCEPTED or self.may_retry
+        """Whether this outcome is written by itself (a hand-back, a snooze, an expiry, or
+        a failure that may be retried), not in a batch of ends."""
+        return self.status in (Status.ACCEPTED, Status.CANCELLED) or self.may_retry
 
     @property
     def snoozes(self):
@@ -139,6 +142,11 @@ class Outcome:
     @classmethod
     def handed_back(cls, pk, attempt, message):
         return cls(pk, attempt, Status.ACCEPTED, message=message)
+
+    @classmethod
+    def expired(cls, pk, attempt):
+        """Return the outcome of a prefetched attempt not started: its task expired."""
+        return cls(pk, attempt, Status.CANCELLED)
 
     @classmethod
     def snoozed(cls, pk, attempt, seconds, message=""):

@@ -125,7 +125,7 @@ def test_the_supervisors_duties_keep_the_intervals_of_their_settings():
         duties = Supervisor(DaemonConfig(workers=1)).duties.duties
     assert [(duty.what, duty.interval) for duty in duties] == [
         ("taking on new types", 3), ("reaping silent daemons", 3),
-        ("expiring pull leases", 3), ("tending batches", 3),
+        ("expiring pull leases", 3), ("cancelling expired tasks", 3), ("tending batches", 3),
         ("pruning stopped daemons", 3), ("tending the queue table", 3),
         ("enqueueing what came due", 0.5), ("purging ended tasks and tombstones", 3),
     ]

@@ -90,3 +90,22 @@ def test_a_task_that_snoozes_too_often_fails(start_daemon):
     assert LogRecord.objects.filter(instance=task).last().message == (
         "not ready at attempt 2\nsnoozed again after 1 snooze, its type's max_snoozes: "
         "failed instead")
+
+
+def test_a_daemon_cancels_a_task_that_expires_while_it_waits(start_daemon):
+    atp.register_task_type("tests.noop", "tests.handlers.noop")
+    atp.register_task_type("tests.held", "tests.handlers.noop")
+    atp.pause_type("tests.held")  # nothing claims it: it can only wait, then expire
+    expiring = atp.enqueue("tests.held", expires=0.5)
+    kept = atp.enqueue("tests.held", expires=3600)
+    ran = atp.enqueue("tests.noop", expires=3600)
+    daemon = start_daemon("--workers", "1")
+    wait_until(lambda: Instance.objects.get(pk=expiring.pk).status == Status.CANCELLED, 30,
+               message="the expired task was cancelled", output=daemon.output)
+    wait_until(lambda: Instance.objects.get(pk=ran.pk).status == Status.FINISHED, 30,
+               message="the task that had time ran", output=daemon.output)
+    assert Instance.objects.get(pk=kept.pk).status == Status.ACCEPTED
+    last = LogRecord.objects.filter(instance=expiring).last()
+    assert last.message.startswith("expired: not started by ")
+    assert last.time >= Instance.objects.get(pk=expiring.pk).expires
+    assert "1 waiting task(s) expired: cancelled" in daemon.output()

@@ -186,6 +186,22 @@ def test_a_delayed_task_shows_its_eta_and_runs_now(staff, noop_type, settings):
     assert f"Task #{delayed.pk} was not made runnable now: not delayed." in response.content.decode()
 
 
+def test_a_task_that_expires_shows_when_and_one_snoozed_how_often(staff, noop_type, daemon):
+    from atp import engine
+
+    expiring = atp.enqueue("tests.noop", expires=3600)
+    page = staff.get(f"/atp/tasks/{expiring.pk}/").content.decode()
+    shown = re.search(r'id="atp-task-expires">([^<]+)<', page).group(1)
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} UTC", shown)
+    claimed = engine.dequeue(daemon)[0]
+    engine.start(claimed, attempt=claimed.attempt, daemon=daemon)
+    engine.snooze(claimed.pk, 60, attempt=claimed.attempt, daemon=daemon)
+    page = staff.get(f"/atp/tasks/{expiring.pk}/").content.decode()
+    assert "snoozed 1 time)" in page
+    assert "atp-task-expires" not in staff.get(
+        f"/atp/tasks/{atp.enqueue('tests.noop').pk}/").content.decode()
+
+
 def test_a_re_enqueued_task_no_longer_names_its_old_daemon(staff, noop_type, daemon):
     task = TaskFactory(type=noop_type, status=Status.RUNNING, daemon=daemon)
     assert str(daemon) in staff.get(f"/atp/tasks/{task.pk}/").content.decode()

@@ -67,6 +67,7 @@ GROUP BY type_id;
 -- its free slots).
 SELECT instance_id, type_id, priority, not_before FROM atp_task FORCE INDEX (atp_task_claim_idx)
 WHERE daemon_id IS NULL AND paused_since IS NULL AND not_before <= %(now)s
+    AND (expires IS NULL OR expires > %(now)s)
     AND JSON_CONTAINS(%(types)s, CAST(type_id AS CHAR))
 ORDER BY priority DESC, not_before, instance_id LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED;
@@ -76,7 +77,7 @@ FOR UPDATE SKIP LOCKED;
 -- ACCEPTED (atp.states.TRANSITIONS), the others are strays.
 SELECT i.id, i.type_id, i.identifier, i.named, i.status, i.priority, i.tag, i.attempt,
     i.restarts, i.retries, i.snoozes, i.batch_id, i.progress_done, i.progress_total,
-    i.progress_message, i.daemon_id, i.created, i.updated, i.started, i.finished
+    i.progress_message, i.daemon_id, i.created, i.updated, i.started, i.finished, i.expires
 FROM JSON_TABLE(%s, '$[*]' COLUMNS (id BIGINT PATH '$')) AS j
     STRAIGHT_JOIN atp_instance AS i FORCE INDEX (PRIMARY) ON i.id = j.id
 ORDER BY i.id FOR UPDATE;
@@ -129,7 +130,7 @@ WHERE id = %(pk)s AND status = 'SCHEDULED' AND attempt = %(attempt)s;
 -- name: instance_of
 SELECT id, type_id, identifier, named, status, priority, tag, attempt, restarts, retries, snoozes,
     batch_id, progress_done, progress_total, progress_message, daemon_id, created, updated,
-    started, finished
+    started, finished, expires
 FROM atp_instance WHERE id = %s;
 
 -- name: type_of
@@ -211,10 +212,10 @@ LOCK IN SHARE MODE;
 -- with the values they share bound once; returns each key with its identifier.
 INSERT INTO atp_instance (type_id, identifier, named, status, priority, tag, attempt,
     restarts, retries, snoozes, batch_id, progress_done, progress_total, progress_message,
-    daemon_id, created, updated, started, finished)
+    daemon_id, created, updated, started, finished, expires)
 SELECT %(type_id)s, j.identifier, %(named)s, %(status)s, %(priority)s, %(tag)s, %(attempt)s,
     %(restarts)s, %(retries)s, %(snoozes)s, %(batch_id)s, %(progress_done)s, %(progress_total)s,
-    %(progress_message)s, %(daemon_id)s, %(created)s, %(updated)s, %(started)s, %(finished)s
+    %(progress_message)s, %(daemon_id)s, %(created)s, %(updated)s, %(started)s, %(finished)s, %(expires)s
 FROM JSON_TABLE(%(identifiers)s, '$[*]' COLUMNS (
     number FOR ORDINALITY, identifier TEXT PATH '$' ERROR ON ERROR)) AS j
 ORDER BY j.number
@@ -227,18 +228,18 @@ RETURNING id, identifier;
 -- consecutive under innodb_autoinc_lock_mode = 2, MySQL 8's default).
 INSERT INTO atp_instance (type_id, identifier, named, status, priority, tag, attempt,
     restarts, retries, snoozes, batch_id, progress_done, progress_total, progress_message,
-    daemon_id, created, updated, started, finished)
+    daemon_id, created, updated, started, finished, expires)
 VALUES (%(type_id)s, %(identifier)s, %(named)s, %(status)s, %(priority)s, %(tag)s,
     %(attempt)s, %(restarts)s, %(retries)s, %(snoozes)s, %(batch_id)s, %(progress_done)s,
     %(progress_total)s, %(progress_message)s, %(daemon_id)s, %(created)s, %(updated)s,
-    %(started)s, %(finished)s);
+    %(started)s, %(finished)s, %(expires)s);
 
 -- name: insert_task
 -- The queue row of a task enqueued alone.
 INSERT INTO atp_task (instance_id, type_id, identifier, priority, tag, enqueued, not_before,
-    daemon_id, claimed, deadline, paused_since)
+    daemon_id, claimed, deadline, paused_since, expires)
 VALUES (%(instance_id)s, %(type_id)s, %(identifier)s, %(priority)s, %(tag)s, %(enqueued)s,
-    %(not_before)s, NULL, NULL, NULL, NULL);
+    %(not_before)s, NULL, NULL, NULL, NULL, NULL);
 
 -- name: insert_input
 -- The inputs of a task enqueued alone.
@@ -248,9 +249,9 @@ VALUES (%(instance_id)s, %(input_format)s, %(data)s);
 -- name: insert_tasks
 -- The queue rows of the tasks %(rows)s (a JSON array of [key, identifier]).
 INSERT INTO atp_task (instance_id, type_id, identifier, priority, tag, enqueued, not_before,
-    daemon_id, claimed, deadline, paused_since)
+    daemon_id, claimed, deadline, paused_since, expires)
 SELECT j.id, %(type_id)s, j.identifier, %(priority)s, %(tag)s, %(enqueued)s, %(not_before)s,
-    NULL, NULL, NULL, NULL
+    NULL, NULL, NULL, NULL, NULL
 FROM JSON_TABLE(%(rows)s, '$[*]' COLUMNS (
     id BIGINT PATH '$[0]', identifier TEXT PATH '$[1]' ERROR ON ERROR)) AS j;
 

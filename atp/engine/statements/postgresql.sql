@@ -120,6 +120,7 @@ WITH kinds AS (
 ), picked AS (
     SELECT instance_id, priority, not_before FROM atp_task
     WHERE daemon_id IS NULL AND paused_since IS NULL AND not_before <= STATEMENT_TIMESTAMP()
+        AND (expires IS NULL OR expires > STATEMENT_TIMESTAMP())
         AND EXISTS (SELECT 1 FROM alive)
         AND type_id = ANY(ARRAY(SELECT id FROM kinds)) AND NOT EXISTS (SELECT 1 FROM limited)
     ORDER BY priority DESC, not_before, instance_id LIMIT %(limit)s
@@ -137,14 +138,14 @@ WITH kinds AS (
         AND CASE WHEN i.status IN ('ACCEPTED') THEN true ELSE false END
     RETURNING i.id, i.type_id, i.identifier, i.named, i.status, i.priority, i.tag, i.attempt,
         i.restarts, i.retries, i.snoozes, i.batch_id, i.progress_done, i.progress_total,
-        i.progress_message, i.daemon_id, i.created, i.updated, i.started, i.finished
+        i.progress_message, i.daemon_id, i.created, i.updated, i.started, i.finished, i.expires
 ), leased AS (
     UPDATE atp_task t SET daemon_id = %(daemon)s, claimed = STATEMENT_TIMESTAMP(),
         deadline = STATEMENT_TIMESTAMP() + ty.timeout
     FROM scheduled s, atp_type ty WHERE t.instance_id = s.id AND ty.id = t.type_id
     RETURNING t.not_before, s.id, s.type_id, s.identifier, s.named, s.status, s.priority, s.tag,
         s.attempt, s.restarts, s.retries, s.snoozes, s.batch_id, s.progress_done, s.progress_total,
-        s.progress_message, s.daemon_id, s.created, s.updated, s.started, s.finished
+        s.progress_message, s.daemon_id, s.created, s.updated, s.started, s.finished, s.expires
 ), logged AS (
     INSERT INTO atp_logrecord (instance_id, time, status, attempt, message, daemon, actor)
     SELECT id, STATEMENT_TIMESTAMP(), 'SCHEDULED', attempt, '', %(label)s, ''
@@ -158,7 +159,7 @@ SELECT meta.alive, meta.limited,
     CASE WHEN row_number() OVER () = 1 THEN meta.settled END AS settled,
     l.id, l.type_id, l.identifier, l.named, l.status, l.priority, l.tag, l.attempt,
     l.restarts, l.retries, l.snoozes, l.batch_id, l.progress_done, l.progress_total,
-    l.progress_message, l.daemon_id, l.created, l.updated, l.started, l.finished,
+    l.progress_message, l.daemon_id, l.created, l.updated, l.started, l.finished, l.expires,
     ty.id, ty.identifier, ty.handler, ty.timeout, ty.max_restarts, ty.retention,
     ty.max_concurrency, ty.max_input_bytes, ty.max_response_bytes, ty.max_queued, ty.rate,
     ty.bucket_size, ty.tokens, ty.tokens_at, ty.dedup_window, ty.retry_limit, ty.age_limit,
@@ -221,6 +222,7 @@ WITH kinds AS (
 ), unlimited AS (
     SELECT instance_id, priority, not_before FROM atp_task
     WHERE daemon_id IS NULL AND paused_since IS NULL AND not_before <= STATEMENT_TIMESTAMP()
+        AND (expires IS NULL OR expires > STATEMENT_TIMESTAMP())
         AND EXISTS (SELECT 1 FROM alive)
         AND type_id = ANY(ARRAY(SELECT id FROM kinds WHERE NOT is_limited))
     ORDER BY priority DESC, not_before, instance_id LIMIT %(limit)s
@@ -229,6 +231,7 @@ WITH kinds AS (
     SELECT w.instance_id, w.priority, w.not_before FROM quota q CROSS JOIN LATERAL (
         SELECT instance_id, priority, not_before FROM atp_task
         WHERE daemon_id IS NULL AND paused_since IS NULL AND not_before <= STATEMENT_TIMESTAMP()
+            AND (expires IS NULL OR expires > STATEMENT_TIMESTAMP())
             AND EXISTS (SELECT 1 FROM alive) AND type_id = q.id
         ORDER BY priority DESC, not_before, instance_id LIMIT q.free
         FOR UPDATE SKIP LOCKED) w
@@ -250,14 +253,14 @@ WITH kinds AS (
         AND CASE WHEN i.status IN ('ACCEPTED') THEN true ELSE false END
     RETURNING i.id, i.type_id, i.identifier, i.named, i.status, i.priority, i.tag, i.attempt,
         i.restarts, i.retries, i.snoozes, i.batch_id, i.progress_done, i.progress_total,
-        i.progress_message, i.daemon_id, i.created, i.updated, i.started, i.finished
+        i.progress_message, i.daemon_id, i.created, i.updated, i.started, i.finished, i.expires
 ), leased AS (
     UPDATE atp_task t SET daemon_id = %(daemon)s, claimed = STATEMENT_TIMESTAMP(),
         deadline = STATEMENT_TIMESTAMP() + ty.timeout
     FROM scheduled s, atp_type ty WHERE t.instance_id = s.id AND ty.id = t.type_id
     RETURNING t.not_before, s.id, s.type_id, s.identifier, s.named, s.status, s.priority, s.tag,
         s.attempt, s.restarts, s.retries, s.snoozes, s.batch_id, s.progress_done, s.progress_total,
-        s.progress_message, s.daemon_id, s.created, s.updated, s.started, s.finished
+        s.progress_message, s.daemon_id, s.created, s.updated, s.started, s.finished, s.expires
 ), logged AS (
     INSERT INTO atp_logrecord (instance_id, time, status, attempt, message, daemon, actor)
     SELECT id, STATEMENT_TIMESTAMP(), 'SCHEDULED', attempt, '', %(label)s, ''
@@ -277,7 +280,7 @@ SELECT meta.alive, meta.limited,
     CASE WHEN row_number() OVER () = 1 THEN meta.settled END AS settled,
     l.id, l.type_id, l.identifier, l.named, l.status, l.priority, l.tag, l.attempt,
     l.restarts, l.retries, l.snoozes, l.batch_id, l.progress_done, l.progress_total,
-    l.progress_message, l.daemon_id, l.created, l.updated, l.started, l.finished,
+    l.progress_message, l.daemon_id, l.created, l.updated, l.started, l.finished, l.expires,
     ty.id, ty.identifier, ty.handler, ty.timeout, ty.max_restarts, ty.retention,
     ty.max_concurrency, ty.max_input_bytes, ty.max_response_bytes, ty.max_queued, ty.rate,
     ty.bucket_size, ty.tokens, ty.tokens_at, ty.dedup_window, ty.retry_limit, ty.age_limit,
@@ -411,6 +414,7 @@ WITH batch AS (
 ), picked AS (
     SELECT instance_id, priority, not_before FROM atp_task
     WHERE daemon_id IS NULL AND paused_since IS NULL AND not_before <= STATEMENT_TIMESTAMP()
+        AND (expires IS NULL OR expires > STATEMENT_TIMESTAMP())
         AND EXISTS (SELECT 1 FROM alive)
         AND type_id = ANY(ARRAY(SELECT id FROM kinds)) AND NOT EXISTS (SELECT 1 FROM limited)
     ORDER BY priority DESC, not_before, instance_id LIMIT %(limit)s
@@ -428,14 +432,14 @@ WITH batch AS (
         AND CASE WHEN i.status IN ('ACCEPTED') THEN true ELSE false END
     RETURNING i.id, i.type_id, i.identifier, i.named, i.status, i.priority, i.tag, i.attempt,
         i.restarts, i.retries, i.snoozes, i.batch_id, i.progress_done, i.progress_total,
-        i.progress_message, i.daemon_id, i.created, i.updated, i.started, i.finished
+        i.progress_message, i.daemon_id, i.created, i.updated, i.started, i.finished, i.expires
 ), leased AS (
     UPDATE atp_task t SET daemon_id = %(daemon)s, claimed = STATEMENT_TIMESTAMP(),
         deadline = STATEMENT_TIMESTAMP() + ty.timeout
     FROM scheduled s, atp_type ty WHERE t.instance_id = s.id AND ty.id = t.type_id
     RETURNING t.not_before, s.id, s.type_id, s.identifier, s.named, s.status, s.priority, s.tag,
         s.attempt, s.restarts, s.retries, s.snoozes, s.batch_id, s.progress_done, s.progress_total,
-        s.progress_message, s.daemon_id, s.created, s.updated, s.started, s.finished
+        s.progress_message, s.daemon_id, s.created, s.updated, s.started, s.finished, s.expires
 ), logged AS (
     INSERT INTO atp_logrecord (instance_id, time, status, attempt, message, daemon, actor)
     SELECT id, STATEMENT_TIMESTAMP(), 'SCHEDULED', attempt, '', %(label)s, ''
@@ -449,7 +453,7 @@ SELECT meta.alive, meta.limited,
     CASE WHEN row_number() OVER () = 1 THEN meta.settled END AS settled,
     l.id, l.type_id, l.identifier, l.named, l.status, l.priority, l.tag, l.attempt,
     l.restarts, l.retries, l.snoozes, l.batch_id, l.progress_done, l.progress_total,
-    l.progress_message, l.daemon_id, l.created, l.updated, l.started, l.finished,
+    l.progress_message, l.daemon_id, l.created, l.updated, l.started, l.finished, l.expires,
     ty.id, ty.identifier, ty.handler, ty.timeout, ty.max_restarts, ty.retention,
     ty.max_concurrency, ty.max_input_bytes, ty.max_response_bytes, ty.max_queued, ty.rate,
     ty.bucket_size, ty.tokens, ty.tokens_at, ty.dedup_window, ty.retry_limit, ty.age_limit,
@@ -546,6 +550,7 @@ WITH batch AS (
 ), unlimited AS (
     SELECT instance_id, priority, not_before FROM atp_task
     WHERE daemon_id IS NULL AND paused_since IS NULL AND not_before <= STATEMENT_TIMESTAMP()
+        AND (expires IS NULL OR expires > STATEMENT_TIMESTAMP())
         AND EXISTS (SELECT 1 FROM alive)
         AND type_id = ANY(ARRAY(SELECT id FROM kinds WHERE NOT is_limited))
     ORDER BY priority DESC, not_before, instance_id LIMIT %(limit)s
@@ -554,6 +559,7 @@ WITH batch AS (
     SELECT w.instance_id, w.priority, w.not_before FROM quota q CROSS JOIN LATERAL (
         SELECT instance_id, priority, not_before FROM atp_task
         WHERE daemon_id IS NULL AND paused_since IS NULL AND not_before <= STATEMENT_TIMESTAMP()
+            AND (expires IS NULL OR expires > STATEMENT_TIMESTAMP())
             AND EXISTS (SELECT 1 FROM alive) AND type_id = q.id
         ORDER BY priority DESC, not_before, instance_id LIMIT q.free
         FOR UPDATE SKIP LOCKED) w
@@ -575,14 +581,14 @@ WITH batch AS (
         AND CASE WHEN i.status IN ('ACCEPTED') THEN true ELSE false END
     RETURNING i.id, i.type_id, i.identifier, i.named, i.status, i.priority, i.tag, i.attempt,
         i.restarts, i.retries, i.snoozes, i.batch_id, i.progress_done, i.progress_total,
-        i.progress_message, i.daemon_id, i.created, i.updated, i.started, i.finished
+        i.progress_message, i.daemon_id, i.created, i.updated, i.started, i.finished, i.expires
 ), leased AS (
     UPDATE atp_task t SET daemon_id = %(daemon)s, claimed = STATEMENT_TIMESTAMP(),
         deadline = STATEMENT_TIMESTAMP() + ty.timeout
     FROM scheduled s, atp_type ty WHERE t.instance_id = s.id AND ty.id = t.type_id
     RETURNING t.not_before, s.id, s.type_id, s.identifier, s.named, s.status, s.priority, s.tag,
         s.attempt, s.restarts, s.retries, s.snoozes, s.batch_id, s.progress_done, s.progress_total,
-        s.progress_message, s.daemon_id, s.created, s.updated, s.started, s.finished
+        s.progress_message, s.daemon_id, s.created, s.updated, s.started, s.finished, s.expires
 ), logged AS (
     INSERT INTO atp_logrecord (instance_id, time, status, attempt, message, daemon, actor)
     SELECT id, STATEMENT_TIMESTAMP(), 'SCHEDULED', attempt, '', %(label)s, ''
@@ -602,7 +608,7 @@ SELECT meta.alive, meta.limited,
     CASE WHEN row_number() OVER () = 1 THEN meta.settled END AS settled,
     l.id, l.type_id, l.identifier, l.named, l.status, l.priority, l.tag, l.attempt,
     l.restarts, l.retries, l.snoozes, l.batch_id, l.progress_done, l.progress_total,
-    l.progress_message, l.daemon_id, l.created, l.updated, l.started, l.finished,
+    l.progress_message, l.daemon_id, l.created, l.updated, l.started, l.finished, l.expires,
     ty.id, ty.identifier, ty.handler, ty.timeout, ty.max_restarts, ty.retention,
     ty.max_concurrency, ty.max_input_bytes, ty.max_response_bytes, ty.max_queued, ty.rate,
     ty.bucket_size, ty.tokens, ty.tokens_at, ty.dedup_window, ty.retry_limit, ty.age_limit,
@@ -655,7 +661,7 @@ WITH started AS (
     WHERE i.id = %(pk)s AND i.status = 'SCHEDULED' AND i.attempt = %(attempt)s
     RETURNING i.id, i.type_id, i.identifier, i.named, i.status, i.priority, i.tag, i.attempt,
         i.restarts, i.retries, i.snoozes, i.batch_id, i.progress_done, i.progress_total,
-        i.progress_message, i.daemon_id, i.created, i.updated, i.started, i.finished
+        i.progress_message, i.daemon_id, i.created, i.updated, i.started, i.finished, i.expires
 ), logged AS (
     INSERT INTO atp_logrecord (instance_id, time, status, attempt, message, daemon, actor)
     SELECT id, STATEMENT_TIMESTAMP(), 'RUNNING', attempt, '', %(label)s, ''
@@ -663,7 +669,7 @@ WITH started AS (
 )
 SELECT s.id, s.type_id, s.identifier, s.named, s.status, s.priority, s.tag, s.attempt,
     s.restarts, s.retries, s.snoozes, s.batch_id, s.progress_done, s.progress_total,
-    s.progress_message, s.daemon_id, s.created, s.updated, s.started, s.finished,
+    s.progress_message, s.daemon_id, s.created, s.updated, s.started, s.finished, s.expires,
     ty.id, ty.identifier, ty.handler, ty.timeout, ty.max_restarts, ty.retention,
     ty.max_concurrency, ty.max_input_bytes, ty.max_response_bytes, ty.max_queued, ty.rate,
     ty.bucket_size, ty.tokens, ty.tokens_at, ty.dedup_window, ty.retry_limit, ty.age_limit,
@@ -745,19 +751,19 @@ WITH kind AS (
 ), new AS (
     INSERT INTO atp_instance (type_id, identifier, named, status, priority, tag, attempt,
         restarts, retries, snoozes, batch_id, progress_done, progress_total, progress_message,
-        daemon_id, created, updated, started, finished)
+        daemon_id, created, updated, started, finished, expires)
     SELECT %(type_id)s, %(identifier)s, %(named)s, %(status)s, %(priority)s, %(tag)s,
         %(attempt)s, %(restarts)s, %(retries)s, %(snoozes)s, %(batch_id)s, %(progress_done)s,
         %(progress_total)s, %(progress_message)s, %(daemon_id)s,
-        STATEMENT_TIMESTAMP(), STATEMENT_TIMESTAMP(), %(started)s, %(finished)s
+        STATEMENT_TIMESTAMP(), STATEMENT_TIMESTAMP(), %(started)s, %(finished)s, %(expires)s
     FROM kind
     RETURNING id, created
 ), queued AS (
     INSERT INTO atp_task (instance_id, type_id, identifier, priority, tag, enqueued, not_before,
-        daemon_id, claimed, deadline, paused_since)
+        daemon_id, claimed, deadline, paused_since, expires)
     SELECT new.id, %(type_id)s, %(identifier)s, %(priority)s, %(tag)s, new.created,
         COALESCE(%(not_before)s::timestamptz, new.created + %(delay)s::interval),
-        NULL, NULL, NULL, NULL
+        NULL, NULL, NULL, NULL, NULL
     FROM new
 ), stored AS (
     INSERT INTO atp_inputs (instance_id, input_format, data)
@@ -786,19 +792,19 @@ WITH kind AS (
 ), new AS (
     INSERT INTO atp_instance (type_id, identifier, named, status, priority, tag, attempt,
         restarts, retries, snoozes, batch_id, progress_done, progress_total, progress_message,
-        daemon_id, created, updated, started, finished)
+        daemon_id, created, updated, started, finished, expires)
     SELECT %(type_id)s, batch.identifier, %(named)s, %(status)s, %(priority)s, %(tag)s,
         %(attempt)s, %(restarts)s, %(retries)s, %(snoozes)s, %(batch_id)s, %(progress_done)s,
         %(progress_total)s, %(progress_message)s, %(daemon_id)s,
-        STATEMENT_TIMESTAMP(), STATEMENT_TIMESTAMP(), %(started)s, %(finished)s
+        STATEMENT_TIMESTAMP(), STATEMENT_TIMESTAMP(), %(started)s, %(finished)s, %(expires)s
     FROM kind, batch ORDER BY batch.position
     RETURNING id, identifier, created
 ), queued AS (
     INSERT INTO atp_task (instance_id, type_id, identifier, priority, tag, enqueued, not_before,
-        daemon_id, claimed, deadline, paused_since)
+        daemon_id, claimed, deadline, paused_since, expires)
     SELECT new.id, %(type_id)s, new.identifier, %(priority)s, %(tag)s, new.created,
         COALESCE(%(not_before)s::timestamptz, new.created + %(delay)s::interval),
-        NULL, NULL, NULL, NULL
+        NULL, NULL, NULL, NULL, NULL
     FROM new
 ), stored AS (
     INSERT INTO atp_inputs (instance_id, input_format, data)

@@ -40,6 +40,7 @@ GROUP BY type_id;
 -- claim order, walking the claim index.
 SELECT instance_id FROM atp_task INDEXED BY atp_task_claim_idx
 WHERE daemon_id IS NULL AND paused_since IS NULL AND not_before <= %(now)s
+    AND (expires IS NULL OR expires > %(now)s)
     AND type_id IN (SELECT value FROM json_each(%(types)s))
 ORDER BY priority DESC, not_before, instance_id LIMIT %(limit)s;
 
@@ -57,6 +58,7 @@ SELECT instance_id FROM (
     SELECT * FROM (
         SELECT instance_id, priority, not_before FROM atp_task INDEXED BY atp_task_claim_idx
         WHERE daemon_id IS NULL AND paused_since IS NULL AND not_before <= %(now)s
+            AND (expires IS NULL OR expires > %(now)s)
             AND type_id IN (SELECT value FROM json_each(%(unlimited)s))
             AND json_array_length(%(unlimited)s) > 0
         ORDER BY priority DESC, not_before, instance_id LIMIT %(limit)s)
@@ -70,6 +72,7 @@ SELECT instance_id FROM (
         WHERE t.instance_id IN (
             SELECT instance_id FROM atp_task INDEXED BY atp_task_claim_idx
             WHERE daemon_id IS NULL AND paused_since IS NULL AND not_before <= %(now)s
+                AND (expires IS NULL OR expires > %(now)s)
                 AND type_id = CAST(q.key AS INTEGER)
             ORDER BY priority DESC, not_before, instance_id LIMIT %(limit)s))
     WHERE rank <= free
@@ -87,7 +90,7 @@ SET status = CASE WHEN id IN (SELECT value FROM json_each(%(starting)s))
 WHERE id IN (SELECT value FROM json_each(%(keys)s)) AND status IN ('ACCEPTED')
 RETURNING id, type_id, identifier, named, status, priority, tag, attempt, restarts, retries, snoozes,
     batch_id, progress_done, progress_total, progress_message, daemon_id, created, updated,
-    started, finished;
+    started, finished, expires;
 
 -- name: lease
 -- A queue row leased to a daemon (daemon, claimed, deadline, key): its deadline is its
@@ -135,7 +138,7 @@ UPDATE atp_instance SET status = 'RUNNING', started = %(now)s, updated = %(now)s
 WHERE id = %(pk)s AND status = 'SCHEDULED' AND attempt = %(attempt)s
 RETURNING id, type_id, identifier, named, status, priority, tag, attempt, restarts, retries, snoozes,
     batch_id, progress_done, progress_total, progress_message, daemon_id, created, updated,
-    started, finished;
+    started, finished, expires;
 
 -- name: type_of
 SELECT id, identifier, handler, timeout, max_restarts, retention, max_concurrency,
@@ -208,19 +211,19 @@ WHERE id = %(type_id)s AND identifier = %(type_identifier)s AND input_format = %
 -- values they share bound once; returns each key with its identifier.
 INSERT INTO atp_instance (type_id, identifier, named, status, priority, tag, attempt,
     restarts, retries, snoozes, batch_id, progress_done, progress_total, progress_message,
-    daemon_id, created, updated, started, finished)
+    daemon_id, created, updated, started, finished, expires)
 SELECT %(type_id)s, value, %(named)s, %(status)s, %(priority)s, %(tag)s, %(attempt)s,
     %(restarts)s, %(retries)s, %(snoozes)s, %(batch_id)s, %(progress_done)s, %(progress_total)s,
-    %(progress_message)s, %(daemon_id)s, %(created)s, %(updated)s, %(started)s, %(finished)s
+    %(progress_message)s, %(daemon_id)s, %(created)s, %(updated)s, %(started)s, %(finished)s, %(expires)s
 FROM json_each(%(identifiers)s) ORDER BY key
 RETURNING id, identifier;
 
 -- name: insert_tasks
 -- The queue rows of the tasks %(rows)s (a JSON array of [key, identifier]).
 INSERT INTO atp_task (instance_id, type_id, identifier, priority, tag, enqueued, not_before,
-    daemon_id, claimed, deadline, paused_since)
+    daemon_id, claimed, deadline, paused_since, expires)
 SELECT json_extract(value, '$[0]'), %(type_id)s, json_extract(value, '$[1]'), %(priority)s,
-    %(tag)s, %(enqueued)s, %(not_before)s, NULL, NULL, NULL, NULL
+    %(tag)s, %(enqueued)s, %(not_before)s, NULL, NULL, NULL, NULL, NULL
 FROM json_each(%(rows)s);
 
 -- name: insert_inputs

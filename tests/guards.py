@@ -177,6 +177,8 @@ GUARDS = [
     Guard("expire: claimed before it expired", "atp/engine/maintenance.py",
           "if not locked.has_row or locked.is_leased or locked.status != Status.ACCEPTED:",
           "if not locked.has_row:", RACES),
+    Guard("replace: only a waiting task", "atp/engine/enqueue.py",
+          "if lease is not None or locked.status != Status.ACCEPTED:", "if False:"),
     Guard("claim: daemon not stopped (my)", MY_SQL,
           "WHERE id = %s AND stopped IS NULL", "WHERE id = %s", MY),
     Guard("claim: concurrency counts leases (my)", MY_SQL,

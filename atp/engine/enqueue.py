@@ -24,9 +24,10 @@ from atp.engine.base import database, queue_write
 from atp.engine.batches import current_batch_id, member_of, sealing_if_it_fails
 from atp.engine.databases import database_of
 from atp.engine.engines import engine
-from atp.engine.locks import for_update
+from atp.engine.locks import for_update, lock_task
 from atp.engine.notify import notify_runnable
 from atp.engine.pull import clean_tag
+from atp.engine.transitions import write_history
 from atp.engine.types import get_type
 from atp.exceptions import (
     InputsTooLarge,
@@ -47,8 +48,12 @@ PRIORITY_MIN, PRIORITY_MAX = -32768, 32767
 INPUTS_BYTES_PER_INSERT = 1024 * 1024
 
 
+#: What a named enqueue does when a live task of its type has its name (``on_conflict``).
+ON_CONFLICT = ("raise", "keep", "replace")
+
+
 def enqueue(type_identifier, inputs=None, *, identifier=None, priority=0, eta=None,
-            countdown=None, tag=None, expires=None):
+            countdown=None, tag=None, expires=None, on_conflict="raise"):
     """Queue a task of type ``type_identifier`` with ``inputs``; return its ``Instance``.
 
     ``identifier`` names the task (letters, digits, ``_`` and ``-``, at most 500; a
@@ -59,20 +64,31 @@ def enqueue(type_identifier, inputs=None, *, identifier=None, priority=0, eta=No
     ``tag`` (text, at most 500 characters) is what pull consumers lease related tasks
     together by (``lease_tasks``). ``expires`` (an aware datetime, or seconds or a
     timedelta from now) is when the task is cancelled if no attempt has started by then:
-    none starts after it (``expire_waiting``). Raise ``TaskTypeNotFound``,
-    ``InputsNotSerializable``, ``InvalidParameter`` or ``TaskAlreadyExists``; nothing
-    is written then.
+    none starts after it (``expire_waiting``).
+
+    ``on_conflict`` says what a named enqueue does when a live task of the type has the
+    name: ``"raise"`` ``TaskAlreadyExists`` (the default); ``"keep"`` that task, returned
+    as it is; ``"replace"`` the inputs of that task, waiting, with these, and its due
+    time with this one (``eta``, ``countdown``: debounce), returned so; a task already
+    claimed or running is never replaced: ``TaskAlreadyExists`` says so. Raise
+    ``TaskTypeNotFound``, ``InputsNotSerializable``, ``InvalidParameter`` or
+    ``TaskAlreadyExists``; nothing is written then.
     """
     named = identifier is not None
     identifier = _clean_identifier(identifier)
     priority = _clean_priority(priority)
     schedule = _schedule(eta, countdown)
+    expires = _expiry(expires, schedule)
+    tag = clean_tag(tag)
+    if _clean_on_conflict(on_conflict, named) != "raise":
+        return _enqueue_or_meet(type_identifier, identifier, inputs, priority, schedule, tag,
+                                expires, on_conflict)
     return _enqueue(type_identifier, [(identifier, inputs)], priority, schedule, named=named,
-                    tag=clean_tag(tag), expires=_expiry(expires, schedule))[0]
+                    tag=tag, expires=expires)[0]
 
 
 def enqueue_on_commit(type_identifier, inputs=None, *, identifier=None, priority=0, eta=None,
-                      countdown=None, expires=None):
+                      countdown=None, expires=None, on_conflict="raise"):
     """Queue a task as ``enqueue`` does, but only once the surrounding transaction commits
     (at once outside one); return None, as the task does not exist yet.
 
@@ -88,6 +104,7 @@ def enqueue_on_commit(type_identifier, inputs=None, *, identifier=None, priority
     identifier = None if identifier is None else _clean_identifier(identifier)
     _clean_priority(priority)
     _expiry(expires, _schedule(eta, countdown))
+    _clean_on_conflict(on_conflict, identifier is not None)
     _dump(inputs, get_type(type_identifier))
     inputs = copy.deepcopy(inputs)  # as they are now, not as the caller may change them
     batch_id = current_batch_id(on_commit=True)  # a member of the batch whose block runs now
@@ -95,7 +112,7 @@ def enqueue_on_commit(type_identifier, inputs=None, *, identifier=None, priority
     def enqueue_now():
         with member_of(batch_id):
             enqueue(type_identifier, inputs, identifier=identifier, priority=priority,
-                    eta=eta, countdown=countdown, expires=expires)
+                    eta=eta, countdown=countdown, expires=expires, on_conflict=on_conflict)
 
     transaction.on_commit(sealing_if_it_fails(enqueue_now), using=database())
 
@@ -226,6 +243,71 @@ def _as_stored(template, identifier, pk, created, alias):
     instance.identifier, instance.pk, instance.created, instance.updated = (
         identifier, pk, created, created)
     return instance
+
+
+@queue_write
+def _enqueue_or_meet(type_identifier, identifier, inputs, priority, schedule, tag, expires,
+                     on_conflict):
+    """Enqueue the task named ``identifier``, or, when a live task of its type has the
+    name, keep or replace that one (``on_conflict``); return the task."""
+    for _ in range(3):
+        task_type = get_type(type_identifier)
+        # The queue row first (atp.engine.locks): a claim of it waits, or is waited for.
+        met = for_update(Task.objects.filter(type=task_type, identifier=identifier)).values_list(
+            "instance_id", "daemon_id").first()
+        if met is not None:
+            return _meet(task_type, *met, inputs, schedule, expires, on_conflict)
+        try:
+            with transaction.atomic(using=database()):
+                return _enqueue(task_type, [(identifier, inputs)], priority, schedule, named=True,
+                                tag=tag, expires=expires)[0]
+        except TaskAlreadyExists:
+            # Enqueued by another transaction since the look (the insert waited for it to
+            # commit), or taken by a task that ended within the dedup window: look again.
+            if not Task.objects.filter(type=task_type, identifier=identifier).exists():
+                raise
+    raise TaskAlreadyExists(f"the name {identifier!r} of type {task_type.identifier!r} keeps "
+                            "changing hands; try again")
+
+
+def _meet(task_type, pk, lease, inputs, schedule, expires, on_conflict):
+    """Keep or replace the live task ``pk`` (its queue row locked, held by ``lease``)."""
+    locked = lock_task(pk)
+    if on_conflict == "replace":
+        if lease is not None or locked.status != Status.ACCEPTED:
+            raise TaskAlreadyExists(
+                f"task #{pk} of type {task_type.identifier!r} has the name "
+                f"{locked.identifier!r} and is {locked.status}{' (claimed)' if lease else ''}: "
+                "only a waiting task is replaced")
+        _replace(task_type, locked, inputs, schedule, expires)
+    return Instance.objects.select_related("type").get(pk=pk)
+
+
+def _replace(task_type, locked, inputs, schedule, expires):
+    """Give the waiting task ``locked`` the inputs and due time of a later enqueue."""
+    pk = locked.pk
+    data = _dump(inputs, task_type)
+    now = database_now(database())
+    not_before = schedule if isinstance(schedule, datetime.datetime) else now + schedule
+    row = {"not_before": not_before}
+    if expires is not None:
+        row["expires"] = expires if isinstance(expires, datetime.datetime) else now + expires
+        if row["expires"] <= max(now, not_before):
+            raise InvalidParameter(
+                f"the task would expire ({row['expires'].isoformat(timespec='milliseconds')}) "
+                f"before it could start ({max(now, not_before).isoformat(timespec='milliseconds')})")
+        Instance.objects.filter(pk=pk).update(expires=row["expires"])
+    Task.objects.filter(instance_id=pk).update(**row)
+    Inputs.objects.update_or_create(instance_id=pk, defaults={
+        "input_format": task_type.input_format, "data": data})
+    Instance.objects.filter(pk=pk).update(updated=now)
+    due = ("now" if not_before <= now else
+           f"due at {not_before.isoformat(timespec='milliseconds')}, in "
+           f"{(not_before - now).total_seconds():g} s")
+    write_history(pk, None, locked.attempt, f"replaced by a later enqueue of its name: its "
+                  f"inputs, and its due time ({due})")
+    if not_before <= now and not task_type.pull:
+        notify_runnable()
 
 
 def _check_name_free(task_type, instance, now):
@@ -442,6 +524,20 @@ def _expiry(expires, schedule):
         raise InvalidParameter(f"expires (in {expires.total_seconds():g} s) must come after "
                                f"the task's countdown ({schedule.total_seconds():g} s)")
     return expires
+
+
+def _clean_on_conflict(on_conflict, named):
+    if on_conflict not in ON_CONFLICT:
+        raise InvalidParameter(f"on_conflict must be one of {', '.join(ON_CONFLICT)}, not "
+                               f"{on_conflict!r}")
+    if on_conflict != "raise":
+        if not named:
+            raise InvalidParameter(f"on_conflict={on_conflict!r} needs an identifier: a task "
+                                   "with a drawn one meets no other")
+        if current_batch_id() is not None:
+            raise InvalidParameter(f"on_conflict={on_conflict!r} is refused in an atp.batch "
+                                   "block: the task it may return is no member of the batch")
+    return on_conflict
 
 
 def _schedule(eta, countdown):

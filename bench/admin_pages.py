@@ -40,10 +40,10 @@ def fill(tasks, history):
         cursor.execute(
             """
             INSERT INTO atp_instance (type_id, identifier, named, status, priority, attempt,
-                restarts, retries, progress_message, created, updated, started, finished,
+                restarts, retries, snoozes, progress_message, created, updated, started, finished,
                 daemon_id)
             SELECT %s + n %% 4, 'task-' || n, true,
-                   CASE WHEN n %% 97 = 0 THEN 'FAILED' ELSE 'FINISHED' END, 0, 1, 0, 0, '',
+                   CASE WHEN n %% 97 = 0 THEN 'FAILED' ELSE 'FINISHED' END, 0, 1, 0, 0, 0, '',
                    ts, ts + interval '2 s', ts + interval '1 s', ts + interval '2 s', %s
             FROM (SELECT n, now() - (%s - n) * interval '3 s' AS ts
                   FROM generate_series(1, %s) AS n) AS s

@@ -48,9 +48,9 @@ def million_ended_tasks(postgres_only, noop_type):
         cursor.execute(
             """
             INSERT INTO atp_instance (type_id, identifier, named, status, priority, attempt,
-                                      restarts, retries, progress_message, created, updated,
+                                      restarts, retries, snoozes, progress_message, created, updated,
                                       started, finished)
-            SELECT %s, 'ended-' || n, false, 'FINISHED', 0, 1, 0, 0, '', now(), now(), now(),
+            SELECT %s, 'ended-' || n, false, 'FINISHED', 0, 1, 0, 0, 0, '', now(), now(), now(),
                    now()
             FROM generate_series(1, 1000000) AS n
             """,

@@ -212,8 +212,8 @@ def test_the_charts_queries_read_the_window_through_indexes_with_a_million_histo
         cursor.execute(
             """
             INSERT INTO atp_instance (type_id, identifier, named, status, priority, attempt,
-                restarts, retries, progress_message, created, updated, started, finished)
-            SELECT %s, 'old-' || n, false, 'FINISHED', 0, 1, 0, 0, '', ts, ts, ts, ts
+                restarts, retries, snoozes, progress_message, created, updated, started, finished)
+            SELECT %s, 'old-' || n, false, 'FINISHED', 0, 1, 0, 0, 0, '', ts, ts, ts, ts
             FROM (SELECT n, now() - interval '3 days' - n * interval '1 s' AS ts
                   FROM generate_series(1, 200000) AS n) AS s
             """, [noop_type.pk])

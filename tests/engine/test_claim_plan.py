@@ -43,8 +43,8 @@ def _enqueue(count):
             """
             WITH new AS (
                 INSERT INTO atp_instance (type_id, identifier, named, status, priority, attempt,
-                    restarts, retries, progress_message, created, updated)
-                SELECT %s, 'waiting-' || n, false, 'ACCEPTED', n %% 3, 0, 0, 0, '', now(), now()
+                    restarts, retries, snoozes, progress_message, created, updated)
+                SELECT %s, 'waiting-' || n, false, 'ACCEPTED', n %% 3, 0, 0, 0, 0, '', now(), now()
                 FROM generate_series(1, %s) AS n
                 RETURNING id, identifier, priority, created
             )

@@ -32,6 +32,7 @@ from atp.engine import (
     register_pull_type,
     register_task_type,
     resume_type,
+    set_semaphore,
     unregister_task_type,
 )
 from atp.engine.base import pk_of
@@ -45,7 +46,8 @@ __all__ = [
     "enqueue_many", "enqueue_on_commit", "extend_lease", "fail", "get_response", "get_type",
     "lease_tasks", "pause", "pause_type", "purge_finished", "purge_type", "reenqueue",
     "register_pull_type", "register_task_type", "resume", "resume_type", "run_again", "run_now", "schedule",
-    "set_response", "set_status", "task_type", "unregister_task_type", "unschedule",
+    "set_response", "set_semaphore", "set_status", "task_type", "unregister_task_type",
+    "unschedule",
 ]
 
 

@@ -132,6 +132,15 @@ class Type(models.Model):
         help_text="At most this many snoozes (atp.Snooze) per task; the next fails it. "
         "Empty for no limit.",
     )
+    # Flow control by key (atp.engine.semaphores): a semaphore per key of the type.
+    key_concurrency = models.PositiveIntegerField(
+        null=True, blank=True,
+        help_text="At most this many tasks of one key (enqueue(..., key=...)) in flight at "
+        "once; empty: keys are refused.",
+    )
+    # Whether tasks of the type may hold semaphores: its claims then count them
+    # (atp.engine.semaphores). Set by the first enqueue that names one; kept.
+    gated = models.BooleanField(default=False, editable=False)
     is_paused = models.BooleanField(
         default=False, help_text="Paused types keep their queue but no task is started."
     )
@@ -499,6 +508,8 @@ class Task(ConditionalIndexes, models.Model):
         null=True, blank=True, help_text="No attempt starts after this time; the task waiting "
         "then is cancelled as expired.",
     )
+    # Whether the task holds semaphores (``Hold``): only the claim that counts them takes it.
+    gated = models.BooleanField(default=False)
 
     class Meta:
         verbose_name = "queue entry"
@@ -541,6 +552,53 @@ class Task(ConditionalIndexes, models.Model):
 
     def __str__(self):
         return f"queue entry of task #{self.instance_id}"
+
+
+#: The longest name of a semaphore, and of a key.
+SEMAPHORE_NAME_MAX_LENGTH = 200
+KEY_MAX_LENGTH = 100
+
+
+class Semaphore(models.Model):
+    """A named counter of slots (a mutex with a limit of 1): a task that holds it
+    (``Hold``) is claimed only while it has a free slot, and keeps that slot while its
+    attempt holds a lease (``atp.engine.semaphores``). A key's semaphore (``enqueue(...,
+    key=...)``) belongs to its task type, whose ``key_concurrency`` is its limit."""
+
+    name = models.CharField(max_length=SEMAPHORE_NAME_MAX_LENGTH * 2, unique=True)
+    limit = models.PositiveIntegerField(
+        null=True, blank=True,
+        help_text="How many tasks may hold it at once; empty for a key's: its type's "
+        "key_concurrency.",
+    )
+    type = models.ForeignKey(
+        Type, on_delete=models.CASCADE, null=True, blank=True, related_name="+",
+        help_text="The task type of a key's semaphore.",
+    )
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self):
+        return self.name
+
+
+class Hold(models.Model):
+    """A semaphore a task needs: it is claimed only with a slot of each it holds."""
+
+    instance = models.ForeignKey(Instance, on_delete=models.CASCADE, related_name="holds",
+                                 db_index=False)
+    semaphore = models.ForeignKey(Semaphore, on_delete=models.PROTECT, related_name="holds")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["instance", "semaphore"], name="atp_hold_uniq"),
+        ]
+
+    def __str__(self):
+        return f"task #{self.instance_id} holds semaphore #{self.semaphore_id}"
 
 
 class Tombstone(models.Model):

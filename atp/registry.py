@@ -249,6 +249,8 @@ TYPE_PARAMETERS = {
     "retry_jitter": _flag,
     # How often a task may snooze (atp.Snooze) before the next snooze fails it.
     "max_snoozes": functools.partial(_count, minimum=0, maximum=2**31 - 1, allow_none=True),
+    # How many tasks of one key (enqueue(..., key=...)) may be in flight at once.
+    "key_concurrency": functools.partial(_count, minimum=1, maximum=2**31 - 1, allow_none=True),
 }
 
 

@@ -338,3 +338,35 @@ def snooze(task, inputs):
         raise atp.Snooze(inputs.get("seconds", 0), f"not ready at attempt {task.attempt}")
     return {"attempt": task.attempt, "snoozes": task.snoozes,
             "execution_count": task.execution_count, "restarts": task.restarts}
+
+
+def hold_locks(task, inputs):
+    """Sleep holding an exclusive lock of each name in ``inputs["locks"]`` (in
+    ``inputs["directory"]``), as a task holding those semaphores would use what they
+    guard: a second holder of one at the same time cannot take it, and leaves a mark
+    saying so. The kernel drops the locks when the process dies, however it dies."""
+    directory = Path(inputs["directory"])
+    held = []
+    for name in inputs.get("locks", []):
+        lock = open(directory / f"{name}.lock", "w")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            (directory / f"{task.id}-{task.attempt}.overlap").write_text(name)
+            raise RuntimeError(f"another holder of {name} is running") from None
+        held.append(lock)
+    if "one_of" in inputs:  # a slot of a counting semaphore: any lock of these free
+        for name in inputs["one_of"]:
+            lock = open(directory / f"{name}.lock", "w")
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                lock.close()
+                continue
+            held.append(lock)
+            break
+        else:
+            (directory / f"{task.id}-{task.attempt}.overlap").write_text("one_of")
+            raise RuntimeError("every slot is taken: one holder too many") from None
+    time.sleep(float(inputs.get("seconds", 0.05)))
+    return {"pid": getpid()}

@@ -22,7 +22,7 @@ from atp.templatetags.atp import status_badge
 TUNABLE = ["description", "timeout", "max_restarts", "retention", "max_concurrency", "rate",
            "bucket_size", "max_input_bytes", "max_response_bytes", "max_queued", "dedup_window",
            "retry_limit",
-           "age_limit", "min_backoff", "max_backoff", "max_doublings", "retry_jitter", "max_snoozes"]
+           "age_limit", "min_backoff", "max_backoff", "max_doublings", "retry_jitter", "max_snoozes", "key_concurrency"]
 
 
 class TypeForm(forms.ModelForm):
@@ -96,7 +96,7 @@ class TypeAdmin(CheckedLookups, NumericKeys, admin.ModelAdmin):
               "max_restarts", "retention", "max_concurrency", "rate", "bucket_size",
               "max_input_bytes",
               "max_response_bytes", "max_queued", "dedup_window", "retry_limit", "age_limit", "min_backoff", "max_backoff",
-              "max_doublings", "retry_jitter", "max_snoozes", "state", "live_by_state", "run_by", "created",
+              "max_doublings", "retry_jitter", "max_snoozes", "key_concurrency", "state", "live_by_state", "run_by", "created",
               "updated"]
 
     class Media:

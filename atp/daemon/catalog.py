@@ -32,6 +32,7 @@ class Catalog:
         self.refused = {}  # identifier -> why, as last logged
         self.has_limits = False  # whether a type it runs has a concurrency limit or a rate
         self.has_rates = False  # whether a type it runs has a rate
+        self.gated = []  # the keys of the types it runs whose tasks may hold semaphores
 
     def identifiers(self):
         """Return the identifiers of the types this daemon runs, sorted."""
@@ -50,8 +51,9 @@ class Catalog:
         With ``may_import`` (at start, before forking) handlers' modules are imported;
         later, only modules already loaded are looked into.
         """
-        runnable, refused, has_limits, has_rates = {}, {}, False, False
-        for type_id, identifier, handler, input_format, limit, rate, pull in catalog_rows():
+        runnable, refused, has_limits, has_rates, gated = {}, {}, False, False, []
+        for type_id, identifier, handler, input_format, limit, rate, pull, is_gated in (
+                catalog_rows()):
             if self.only is not None and identifier not in self.only:
                 continue
             if pull:  # leased by consumers (atp.lease_tasks): no daemon's business
@@ -63,6 +65,8 @@ class Catalog:
                 runnable[identifier] = (type_id, handler)
                 has_limits = has_limits or limit is not None or rate is not None
                 has_rates = has_rates or rate is not None
+                if is_gated:
+                    gated.append(type_id)
             else:
                 refused[identifier] = reason
         for identifier in (self.only or set()) - runnable.keys() - refused.keys():
@@ -75,7 +79,7 @@ class Catalog:
             logger.info("atpd runs type %s now", identifier)
         changed = runnable != self.runnable
         self.runnable, self.refused = runnable, refused
-        self.has_limits, self.has_rates = has_limits, has_rates
+        self.has_limits, self.has_rates, self.gated = has_limits, has_rates, sorted(gated)
         return changed
 
 

@@ -306,7 +306,8 @@ class Supervisor:
             return
         worker.is_suspended = False  # a task can only end running: a pause came too late
         worker.tasks_done += 1
-        self.claims.task_ended(has_limits=self.catalog.has_limits)
+        # A semaphore's slot freed may let a task wait no more, as a type's place does.
+        self.claims.task_ended(has_limits=self.catalog.has_limits or bool(self.catalog.gated))
         limit_tasks = self.config.max_tasks_per_child
         limit_mb = self.config.max_memory_per_child_mb
         if worker.is_retiring:
@@ -583,10 +584,11 @@ class Supervisor:
     def _settle_and_claim(self, outcomes, limit, start):
         type_ids = self.catalog.type_ids()
         limited = self.catalog.has_limits  # claim within limits at once
+        gated = self.catalog.gated  # claimed apart, their semaphores counted
 
         def claim():
             return engine.claim_for_daemon(self.daemon, limit, type_ids, start=start,
-                                           limited=limited)
+                                           limited=limited, gated=gated)
 
         alone = [outcome for outcome in outcomes if outcome.alone]
         if alone:  # rare (hand-backs, failures that may be retried): each alone
@@ -596,7 +598,8 @@ class Supervisor:
             return claim()
         try:
             settled, instances = engine.settle_and_claim(
-                self.daemon, outcomes, limit, type_ids, start=start, limited=limited)
+                self.daemon, outcomes, limit, type_ids, start=start, limited=limited,
+                gated=gated)
         except (DaemonStopped, *CONNECTION_ERRORS):
             raise
         except Exception:  # a value the database refuses: each end alone, then the claim

@@ -50,6 +50,7 @@ from atp.engine.schedules import (
     set_schedule_enabled,
     sync_declared_schedules,
 )
+from atp.engine.semaphores import set_semaphore
 from atp.engine.steering import cancel, pause, reenqueue, resume, run_again, run_now, set_status
 from atp.engine.types import (
     NOT_FOR_PULL,
@@ -70,6 +71,6 @@ __all__ = [
     "get_response", "get_type", "next_due", "hand_back", "heartbeat", "heartbeat_counters", "log", "pause", "pause_type",
     "prune_daemons", "purge_plan", "purge_type_due", "purge_finished", "purge_tombstones", "purge_type", "reap_daemon", "reenqueue", "register_daemon", "release",
     "register_task_type", "restart", "restart_leases", "resume", "resume_type", "retire_daemon", "run_again", "run_now",
-    "save_schedule", "seconds_to_next_run", "serve_types", "set_schedule_enabled", "set_progress", "settle", "settle_and_claim", "snooze", "set_response", "set_status", "start", "start_and_load",
+    "save_schedule", "seconds_to_next_run", "serve_types", "set_schedule_enabled", "set_semaphore", "set_progress", "settle", "settle_and_claim", "snooze", "set_response", "set_status", "start", "start_and_load",
     "sync_declared_schedules", "sync_declared_types", "unregister_task_type", "update_task_type",
 ]

@@ -27,6 +27,7 @@ from atp.engine.databases import database_of
 from atp.engine.engines import engine
 from atp.engine.locks import for_update, lock_task
 from atp.engine.outcomes import one_per_task
+from atp.engine.semaphores import claim_gated, gated_types
 from atp.engine.sql import CLAIM_INDEX, CLAIM_ORDER, check_start
 from atp.engine.transitions import move, write_history
 from atp.exceptions import InvalidParameter, TaskTypeNotFound
@@ -56,10 +57,11 @@ def dequeue(daemon, limit=1, *, types=None):
     limits = claimable_types(types)
     if not limits:
         return []
-    return _claim(daemon, limit, list(limits), limited=any(limits.values()))
+    claimed = _claim(daemon, limit, list(limits), limited=any(limits.values()))
+    return claimed + _claim_gated(daemon, limit - len(claimed), gated_types(list(limits)))
 
 
-def claim_for_daemon(daemon, limit, type_ids, *, start=0, limited=False):
+def claim_for_daemon(daemon, limit, type_ids, *, start=0, limited=False, gated=()):
     """Claim up to ``limit`` runnable tasks of the types ``type_ids`` for ``daemon``; return
     them in claim order, with their inputs.
 
@@ -69,26 +71,40 @@ def claim_for_daemon(daemon, limit, type_ids, *, start=0, limited=False):
     in the same transaction: the supervisor claims so for its idle workers, and the
     rest (prefetched, SCHEDULED) for its workers' queues. ``limited`` says a type among
     them was last seen with a concurrency limit (the PostgreSQL engine then claims
-    within limits at once). Raise ``DaemonStopped``.
+    within limits at once). ``gated``: the types among them whose tasks may hold
+    semaphores, as last seen: claimed after the others, their semaphores counted
+    (``atp.engine.semaphores``; the engines' claims take none of their tasks). Raise
+    ``DaemonStopped``.
     """
-    return _claim(daemon, limit, list(type_ids), start=check_start(start), inputs=True,
-                  limited=limited)
+    start = check_start(start)
+    claimed = _claim(daemon, limit, list(type_ids), start=start, inputs=True, limited=limited)
+    return claimed + _claim_gated(daemon, limit - len(claimed), gated,
+                                  start=max(0, start - len(claimed)), inputs=True)
 
 
-def settle_and_claim(daemon, outcomes, limit, type_ids, *, start, limited=False):
+def settle_and_claim(daemon, outcomes, limit, type_ids, *, start, limited=False, gated=()):
     """Write ``outcomes`` (the ends and unwritten starts of attempts ``daemon``'s workers
     reported, see ``lifecycle.settle``) and claim up to ``limit`` tasks of ``type_ids``
     for its workers, starting the first ``start``, in one transaction (one statement on
     PostgreSQL, after a lock of the limited types with ``limited``, see
-    ``claim_for_daemon``); return ``(keys of the tasks settled, tasks claimed)``. Raise
-    ``DaemonStopped``: nothing was claimed then, and the outcomes may or may not have
-    been written.
+    ``claim_for_daemon``; the ``gated`` types' tasks in a claim of their own after it);
+    return ``(keys of the tasks settled, tasks claimed)``. Raise ``DaemonStopped``:
+    nothing was claimed then, and the outcomes may or may not have been written.
     """
+    start = check_start(start)
     settled, (instances, strays) = engine().settle_and_claim(
-        daemon, one_per_task(outcomes), limit, list(type_ids), start=check_start(start), limited=limited)
+        daemon, one_per_task(outcomes), limit, list(type_ids), start=start, limited=limited)
     if strays:
         _repair_strays(strays)
-    return settled, instances
+    return settled, instances + _claim_gated(daemon, limit - len(instances), gated,
+                                             start=max(0, start - len(instances)), inputs=True)
+
+
+def _claim_gated(daemon, limit, gated, *, start=0, inputs=False):
+    """Claim up to ``limit`` tasks of the ``gated`` types (``atp.engine.semaphores``)."""
+    if limit < 1 or not gated:
+        return []
+    return claim_gated(daemon, limit, list(gated), start=start, inputs=inputs)
 
 
 def next_due(type_ids, within, *, rates=False, claimed_ago=0.0):
@@ -161,13 +177,17 @@ def limits_of(types):
             for pk, most, rate in types.values_list("pk", "max_concurrency", "rate")}
 
 
-def runnable_tasks(type_ids):
-    """Return the queue rows a claim may take, in claim order, locked as it reads them."""
+def runnable_tasks(type_ids, *, gated=False, locked=True):
+    """Return the queue rows a claim may take, in claim order, locked as it reads them
+    (skipping those locked already) unless not ``locked``: with ``gated``, those holding
+    semaphores too (``atp.engine.semaphores`` counts them)."""
     waiting = Task.objects.filter(
         daemon__isnull=True, paused_since__isnull=True, not_before__lte=Now(),
         type_id__in=type_ids,
     ).filter(Q(expires__isnull=True) | Q(expires__gt=Now())).order_by(*CLAIM_ORDER)
-    if connections[database()].features.has_select_for_update_skip_locked:
+    if not gated:
+        waiting = waiting.filter(gated=False)
+    if locked and connections[database()].features.has_select_for_update_skip_locked:
         waiting = waiting.select_for_update(skip_locked=True)
     return waiting
 

@@ -27,6 +27,7 @@ from atp.engine.engines import engine
 from atp.engine.locks import for_update, lock_task
 from atp.engine.notify import notify_runnable
 from atp.engine.pull import clean_tag
+from atp.engine.semaphores import clean_holds, write_holds
 from atp.engine.transitions import write_history
 from atp.engine.types import get_type
 from atp.exceptions import (
@@ -53,7 +54,7 @@ ON_CONFLICT = ("raise", "keep", "replace")
 
 
 def enqueue(type_identifier, inputs=None, *, identifier=None, priority=0, eta=None,
-            countdown=None, tag=None, expires=None, on_conflict="raise"):
+            countdown=None, tag=None, expires=None, on_conflict="raise", hold=None, key=None):
     """Queue a task of type ``type_identifier`` with ``inputs``; return its ``Instance``.
 
     ``identifier`` names the task (letters, digits, ``_`` and ``-``, at most 500; a
@@ -70,7 +71,12 @@ def enqueue(type_identifier, inputs=None, *, identifier=None, priority=0, eta=No
     name: ``"raise"`` ``TaskAlreadyExists`` (the default); ``"keep"`` that task, returned
     as it is; ``"replace"`` the inputs of that task, waiting, with these, and its due
     time with this one (``eta``, ``countdown``: debounce), returned so; a task already
-    claimed or running is never replaced: ``TaskAlreadyExists`` says so. Raise
+    claimed or running is never replaced: ``TaskAlreadyExists`` says so.
+
+    ``hold`` names the semaphores the task needs (``atp.set_semaphore``; a mutex unless
+    set otherwise), ``key`` its type's semaphore of that key (the type's
+    ``key_concurrency`` is its limit): it starts only with a slot of each, all taken at
+    once (``atp.engine.semaphores``). Raise
     ``TaskTypeNotFound``, ``InputsNotSerializable``, ``InvalidParameter`` or
     ``TaskAlreadyExists``; nothing is written then.
     """
@@ -80,15 +86,16 @@ def enqueue(type_identifier, inputs=None, *, identifier=None, priority=0, eta=No
     schedule = _schedule(eta, countdown)
     expires = _expiry(expires, schedule)
     tag = clean_tag(tag)
+    holds = _holds(hold, key)
     if _clean_on_conflict(on_conflict, named) != "raise":
         return _enqueue_or_meet(type_identifier, identifier, inputs, priority, schedule, tag,
-                                expires, on_conflict)
+                                expires, on_conflict, holds)
     return _enqueue(type_identifier, [(identifier, inputs)], priority, schedule, named=named,
-                    tag=tag, expires=expires)[0]
+                    tag=tag, expires=expires, holds=holds)[0]
 
 
 def enqueue_on_commit(type_identifier, inputs=None, *, identifier=None, priority=0, eta=None,
-                      countdown=None, expires=None, on_conflict="raise"):
+                      countdown=None, expires=None, on_conflict="raise", hold=None, key=None):
     """Queue a task as ``enqueue`` does, but only once the surrounding transaction commits
     (at once outside one); return None, as the task does not exist yet.
 
@@ -105,14 +112,18 @@ def enqueue_on_commit(type_identifier, inputs=None, *, identifier=None, priority
     _clean_priority(priority)
     _expiry(expires, _schedule(eta, countdown))
     _clean_on_conflict(on_conflict, identifier is not None)
-    _dump(inputs, get_type(type_identifier))
+    task_type = get_type(type_identifier)
+    _dump(inputs, task_type)
+    if _holds(hold, key) is not None:
+        clean_holds(hold, key, task_type)
     inputs = copy.deepcopy(inputs)  # as they are now, not as the caller may change them
     batch_id = current_batch_id(on_commit=True)  # a member of the batch whose block runs now
 
     def enqueue_now():
         with member_of(batch_id):
             enqueue(type_identifier, inputs, identifier=identifier, priority=priority,
-                    eta=eta, countdown=countdown, expires=expires, on_conflict=on_conflict)
+                    eta=eta, countdown=countdown, expires=expires, on_conflict=on_conflict,
+                    hold=hold, key=key)
 
     transaction.on_commit(sealing_if_it_fails(enqueue_now), using=database())
 
@@ -123,11 +134,11 @@ def enqueue_reserved(type_identifier, inputs, name):
 
 
 def enqueue_many(type_identifier, inputs_list, *, priority=0, eta=None, countdown=None,
-                 tag=None, expires=None):
+                 tag=None, expires=None, hold=None, key=None):
     """Queue one task of type ``type_identifier`` per item of ``inputs_list``; return them.
 
     All tasks are written together or not at all, with generated identifiers (and
-    ``tag`` and ``expires``, if given, each). Raise as ``enqueue`` does.
+    ``tag``, ``expires``, ``hold`` and ``key``, if given, each). Raise as ``enqueue`` does.
     """
     priority = _clean_priority(priority)
     schedule = _schedule(eta, countdown)
@@ -137,31 +148,40 @@ def enqueue_many(type_identifier, inputs_list, *, priority=0, eta=None, countdow
     if not entries:
         get_type(type_identifier)  # an unknown type is still refused
         return []
-    return _enqueue(type_identifier, entries, priority, schedule, tag=tag, expires=expires)
+    return _enqueue(type_identifier, entries, priority, schedule, tag=tag, expires=expires,
+                    holds=_holds(hold, key))
 
 
-def _enqueue(type_identifier, entries, priority, schedule, named=False, tag=None, expires=None):
+def _holds(hold, key):
+    """Return what ``enqueue`` was given of semaphores (checked with the type, by
+    ``insert_tasks``), or None."""
+    return None if hold is None and key is None else (hold, key)
+
+
+def _enqueue(type_identifier, entries, priority, schedule, named=False, tag=None, expires=None,
+             holds=None):
     """Write ``entries`` (``(identifier, inputs)``) as tasks; return their ``Instance`` objects.
     ``named``: the identifiers were given (one entry), not drawn."""
     key = type_identifier.identifier if isinstance(type_identifier, Type) else type_identifier
     with telemetry.sending(key, len(entries)) as written:
         instances = _enqueue_as(key, type_identifier, entries, priority, schedule, named, tag,
-                                expires)
+                                expires, holds)
         written(instances)
     return instances
 
 
-def _enqueue_as(key, type_identifier, entries, priority, schedule, named, tag, expires):
+def _enqueue_as(key, type_identifier, entries, priority, schedule, named, tag, expires, holds):
     take_write_lock(database())  # before the type is read in the caller's transaction
     if named:  # the type's window as it is now, not as a Type object given was read
         type_identifier = key
     writer = engine()
-    # Every enqueue counts the queue; or the task expires, which the engines' statements
-    # do not write: the portable form serves.
-    if conf.MAX_QUEUED_TOTAL is not None or expires is not None:
+    # Every enqueue counts the queue; or the task expires, or holds semaphores, which the
+    # engines' statements do not write: the portable form serves.
+    if conf.MAX_QUEUED_TOTAL is not None or expires is not None or holds is not None:
         task_type = get_type(type_identifier)
         encoded = [(identifier, _dump(inputs, task_type)) for identifier, inputs in entries]
-        return insert_tasks(task_type, encoded, priority, schedule, named, tag, expires=expires)
+        return insert_tasks(task_type, encoded, priority, schedule, named, tag, expires=expires,
+                            holds=holds)
     for attempt in range(3):
         # A type read before serves only an engine that checks it is still as read.
         task_type = _types.get(key) if attempt == 0 and writer.checks_type_as_read else None
@@ -247,7 +267,7 @@ def _as_stored(template, identifier, pk, created, alias):
 
 @queue_write
 def _enqueue_or_meet(type_identifier, identifier, inputs, priority, schedule, tag, expires,
-                     on_conflict):
+                     on_conflict, holds):
     """Enqueue the task named ``identifier``, or, when a live task of its type has the
     name, keep or replace that one (``on_conflict``); return the task."""
     for _ in range(3):
@@ -260,7 +280,7 @@ def _enqueue_or_meet(type_identifier, identifier, inputs, priority, schedule, ta
         try:
             with transaction.atomic(using=database()):
                 return _enqueue(task_type, [(identifier, inputs)], priority, schedule, named=True,
-                                tag=tag, expires=expires)[0]
+                                tag=tag, expires=expires, holds=holds)[0]
         except TaskAlreadyExists:
             # Enqueued by another transaction since the look (the insert waited for it to
             # commit), or taken by a task that ended within the dedup window: look again.
@@ -376,11 +396,14 @@ def _check_depth(task_type, count):
 
 
 @queue_write
-def insert_tasks(task_type, entries, priority, schedule, named=False, tag=None, expires=None):
+def insert_tasks(task_type, entries, priority, schedule, named=False, tag=None, expires=None,
+                 holds=None):
     """Write ``entries`` (``(identifier, encoded inputs)``) as tasks of ``task_type`` with
     the ORM; return their ``Instance`` objects. The portable form every engine uses for
-    an enqueue that counts the queue, checks a name's ``dedup_window`` or expires (``expires``:
-    an aware datetime, or a delay from now), and the ``orm`` engine's for every enqueue."""
+    an enqueue that counts the queue, checks a name's ``dedup_window``, expires
+    (``expires``: an aware datetime, or a delay from now) or holds semaphores (``holds``:
+    ``enqueue``'s ``hold`` and ``key``), and the ``orm`` engine's for every enqueue."""
+    holds = None if holds is None else clean_holds(*holds, task_type) or None
     now = database_now(database())
     not_before = schedule if isinstance(schedule, datetime.datetime) else now + schedule
     if isinstance(expires, datetime.timedelta):
@@ -401,7 +424,7 @@ def insert_tasks(task_type, entries, priority, schedule, named=False, tag=None, 
         Task.objects.bulk_create(
             Task(instance=instance, type=task_type, identifier=instance.identifier,
                  priority=priority, enqueued=now, not_before=not_before, tag=tag,
-                 expires=expires)
+                 expires=expires, gated=holds is not None)
             for instance in instances
         )
     except IntegrityError:
@@ -409,6 +432,8 @@ def insert_tasks(task_type, entries, priority, schedule, named=False, tag=None, 
     if named and task_type.dedup_window:
         [instance] = instances
         _check_name_free(task_type, instance, now)
+    if holds is not None:
+        write_holds(task_type, instances, holds)
     Inputs.objects.bulk_create(
         (Inputs(instance=instance, input_format=task_type.input_format, data=data)
          for instance, (_, data) in zip(instances, entries, strict=True)),

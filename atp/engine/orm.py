@@ -32,9 +32,13 @@ from atp.engine.enqueue import insert_tasks
 from atp.engine.lifecycle import finish_in_transaction, settle_each, start_attempt
 from atp.engine.locks import for_update
 from atp.engine.pull import lease_in_transaction
+from atp.engine.semaphores import Gates, after
 from atp.exceptions import DaemonStopped
 from atp.models import Daemon, Instance, Task, Type
 from atp.rates import tokens_now
+
+#: How many waiting rows a claim of gated types reads at a time.
+GATED_CHUNK = 100
 
 
 class OrmEngine(Engine):
@@ -45,12 +49,13 @@ class OrmEngine(Engine):
     checks_type_as_read = False
 
     def claim(self, daemon, limit, type_ids, *, start=0, inputs=False, limited=False):
-        return self.transaction(lambda: (self._claim(daemon, limit, type_ids, start, inputs), []))
+        return self.transaction(lambda: (
+            claim_in_transaction(daemon, limit, type_ids, start, inputs), []))
 
     def settle_and_claim(self, daemon, outcomes, limit, type_ids, *, start, limited=False):
         return self.transaction(lambda: (
             settle_each(daemon, outcomes),
-            (self._claim(daemon, limit, type_ids, start, inputs=True), [])))
+            (claim_in_transaction(daemon, limit, type_ids, start, inputs=True), [])))
 
     def settle(self, daemon, outcomes):
         return self.transaction(lambda: settle_each(daemon, outcomes))
@@ -106,25 +111,29 @@ class OrmEngine(Engine):
             return None
         return max(0.0, (first - database_now(database())).total_seconds())
 
-    def _claim(self, daemon, limit, type_ids, start, inputs):
-        """Lock the daemon's row, then claim, counting limited types' leases; start the
-        first ``start``; repair the stray rows met (in this transaction)."""
-        _lock_daemon(daemon)
-        limits = limits_of(Type.objects.filter(pk__in=type_ids, is_paused=False, pull=False))
-        if not limits:
-            return []
-        instances, strays = _claim_with_orm(daemon, limit, limits)
-        for pk in strays:
-            repair_stray_row(pk)
-        for instance in instances[:start]:
-            start_attempt(instance.pk, instance.attempt, daemon)
-        if (start or inputs) and instances:
-            position = {instance.pk: index for index, instance in enumerate(instances)}
-            related = ("type", "inputs") if inputs else ("type",)
-            instances = sorted(
-                Instance.objects.filter(pk__in=position).select_related(*related),
-                key=lambda instance: position[instance.pk])
-        return instances
+
+def claim_in_transaction(daemon, limit, type_ids, start, inputs, *, gated=False):
+    """Lock the daemon's row, then claim, counting limited types' leases; start the
+    first ``start``; repair the stray rows met (in this transaction). The types of
+    ``type_ids`` whose tasks hold no semaphore, or with ``gated`` those whose tasks may,
+    their semaphores counted (``atp.engine.semaphores``)."""
+    _lock_daemon(daemon)
+    limits = limits_of(Type.objects.filter(pk__in=type_ids, is_paused=False, pull=False,
+                                           gated=gated))
+    if not limits:
+        return []
+    instances, strays = _claim_with_orm(daemon, limit, limits, gated)
+    for pk in strays:
+        repair_stray_row(pk)
+    for instance in instances[:start]:
+        start_attempt(instance.pk, instance.attempt, daemon)
+    if (start or inputs) and instances:
+        position = {instance.pk: index for index, instance in enumerate(instances)}
+        related = ("type", "inputs") if inputs else ("type",)
+        instances = sorted(
+            Instance.objects.filter(pk__in=position).select_related(*related),
+            key=lambda instance: position[instance.pk])
+    return instances
 
 
 def _lock_daemon(daemon):
@@ -215,9 +224,58 @@ def runnable_keys_statement(type_ids, taken, limit, cursor):
     return claim_index_statement(rows, cursor)
 
 
-def _claim_with_orm(daemon, limit, limits):
+def _take_gated(limit, limits):
+    """``_take`` for gated types: also take a slot of each semaphore a task holds, all or
+    none, skipping the tasks whose semaphores are full (``atp.engine.semaphores.Gates``).
+
+    The waiting rows are read a chunk at a time in claim order, each chunk after the last
+    row of the one before, without locks: those chosen are then locked, skipping those
+    another claim holds (their slots go back). Read with their locks, the rows a claim
+    passes over would be held from other daemons' claims until it commits."""
+    free, buckets, now = _free_slots(limits)
+    eligible = {type_id for type_id in limits if free.get(type_id, 1) > 0}
+    gates, taken, types, last = Gates(), [], {}, None
+    while eligible and len(taken) < limit:
+        rows = runnable_tasks(eligible, gated=True, locked=False)
+        if last is not None:
+            rows = rows.filter(after(*last))
+        rows = read_runnable(rows, ("instance_id", "type_id", "gated", "priority", "not_before"),
+                             GATED_CHUNK)
+        holds = gates.holds_of([pk for pk, _, is_gated, _, _ in rows if is_gated])
+        chosen = []
+        for pk, type_id, is_gated, _, _ in rows:
+            if len(taken) + len(chosen) == limit:
+                break
+            if type_id not in eligible or (type_id in free and free[type_id] <= 0):
+                continue  # its type filled up earlier in this round
+            if is_gated and not gates.admit(holds.get(pk, ())):
+                continue  # a semaphore it holds is full: skipped, not waited on
+            if type_id in free:
+                free[type_id] -= 1
+            chosen.append((pk, type_id))
+        locked = {pk for (pk,) in read_runnable(
+            runnable_tasks(eligible, gated=True).filter(
+                instance_id__in=[pk for pk, _ in chosen]), ("instance_id",), len(chosen))
+        } if chosen else set()
+        for pk, type_id in chosen:
+            if pk in locked:
+                taken.append(pk)
+                types[pk] = type_id
+                continue
+            gates.give_back(holds.get(pk, ()))  # claimed meanwhile by another
+            if type_id in free:
+                free[type_id] += 1
+        eligible = {type_id for type_id in eligible if free.get(type_id, 1) > 0}
+        if len(rows) < GATED_CHUNK:
+            break
+        _, _, _, priority, not_before = rows[-1]
+        last = (priority, not_before, rows[-1][0])
+    return taken, types, (buckets, now)
+
+
+def _claim_with_orm(daemon, limit, limits, gated=False):
     """Claim with the ORM; return ``(instances in claim order, keys of stray rows)``."""
-    pks, types, (buckets, now) = _take(limit, limits)
+    pks, types, (buckets, now) = (_take_gated if gated else _take)(limit, limits)
     if not pks:
         return [], []
     instances, strays = lease_rows(daemon, pks)

@@ -202,10 +202,11 @@ def get_type(identifier):
 
 
 def catalog_rows():
-    """Return what a daemon needs of every type to know whether it runs it: ``(id,
-    identifier, handler, input_format, max_concurrency, rate, pull)`` tuples."""
+    """Return what a daemon needs of every type to know whether it runs it and how it
+    claims its tasks: ``(id, identifier, handler, input_format, max_concurrency, rate,
+    pull, gated)`` tuples."""
     return list(Type.objects.values_list("pk", "identifier", "handler", "input_format",
-                                         "max_concurrency", "rate", "pull"))
+                                         "max_concurrency", "rate", "pull", "gated"))
 
 
 def update_task_type(identifier, **parameters):

@@ -73,3 +73,22 @@ def test_a_tasks_history_on_its_page_says_its_time_zone(log_in, noop_type):
     task = atp.enqueue("tests.noop")
     page = log_in("superuser").get(f"/admin/atp/instance/{task.pk}/change/").content.decode()
     assert "<th>time (UTC)</th>" in page
+
+
+def test_the_semaphores_list_shows_each_limit_holders_and_waiters(log_in, daemon):
+    admin = log_in("superuser")
+    atp.register_task_type("tests.sync", "tests.handlers.noop", key_concurrency=2)
+    atp.set_semaphore("gpu", 3)
+    for _ in range(3):
+        atp.enqueue("tests.sync", hold=["gpu"], key="account-1")
+    atp.dequeue(daemon, limit=5)  # two run: the key allows two
+    page = admin.get("/admin/atp/semaphore/").content.decode()
+    rows = [{field: re.sub(r"<[^>]+>", "", text).strip() for field, text in re.findall(
+        r'<t[hd] class="field-(\w+)"[^>]*>(.*?)</t[hd]>', row, re.S)}
+        for row in re.findall(r"<tr[^>]*>(.*?)</tr>", page, re.S)]
+    shown = {row["name"]: row for row in rows if "name" in row}
+    assert (shown["gpu"]["limit_shown"], shown["gpu"]["holders"], shown["gpu"]["waiters"]) == (
+        "3", "2", "1")
+    key = shown["tests.sync[account-1]"]
+    assert (key["limit_shown"], key["holders"], key["waiters"]) == ("2 (key_concurrency)", "2", "1")
+    assert "/admin/atp/semaphore/add/" not in page

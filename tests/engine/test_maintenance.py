@@ -99,7 +99,8 @@ def test_a_purge_deletes_atp_s_own_rows_a_statement_a_table():
 
     handled = {(r.related_model.__name__, r.on_delete) for r in _relations()}
     assert handled == {("Inputs", CASCADE), ("Response", CASCADE), ("LogRecord", CASCADE),
-                       ("Task", CASCADE), ("TraceContext", CASCADE), ("Batch", SET_NULL)}
+                       ("Task", CASCADE), ("TraceContext", CASCADE), ("Batch", SET_NULL),
+                       ("Hold", CASCADE)}
     assert len(_statements(_relations())) == len(handled) + 1
 
 

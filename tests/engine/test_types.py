@@ -181,7 +181,9 @@ def test_a_daemons_catalog_reads_each_type_with_its_handler_and_what_limits_it()
     rows = {row[1]: row for row in catalog_rows()}
     limited, rated, pull = rows["tests.limited"], rows["tests.rated"], rows["tests.pull"]
     assert limited[0] == Type.objects.get(identifier="tests.limited").pk
-    assert limited[2:] == ("tests.handlers.noop", "json", 2, None, False)
+    assert limited[2:] == ("tests.handlers.noop", "json", 2, None, False, False)
     assert (rated[2], rated[4], rated[6]) == ("tests.handlers.echo", None, False)
     assert rated[5] is not None
     assert pull[6] is True
+    atp.enqueue("tests.limited", hold=["m"])  # the first task naming a semaphore gates it
+    assert {row[1]: row[7] for row in catalog_rows()}["tests.limited"] is True

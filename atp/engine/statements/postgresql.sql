@@ -108,11 +108,13 @@ SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan'
 --
 -- This claim walks the claim index for all its types at once. When one of them has a
 -- concurrency limit or a rate (is_limited), it takes nothing and says so (``limited``),
--- and claim_within_limits serves.
+-- and claim_within_limits serves. No claim of this engine takes a gated type, nor a
+-- gated task: its tasks may hold semaphores, which atp.engine.semaphores counts.
 WITH kinds AS (
     SELECT id, max_concurrency, rate, bucket_size, tokens, tokens_at,
         (max_concurrency IS NOT NULL OR rate IS NOT NULL) AS is_limited
     FROM atp_type WHERE id = ANY(%(types)b::bigint[]) AND NOT is_paused AND NOT pull
+        AND NOT gated
 ), alive AS (
     SELECT id FROM atp_daemon WHERE id = %(daemon)s AND stopped IS NULL FOR KEY SHARE
 ), limited AS (
@@ -120,7 +122,7 @@ WITH kinds AS (
 ), picked AS (
     SELECT instance_id, priority, not_before FROM atp_task
     WHERE daemon_id IS NULL AND paused_since IS NULL AND not_before <= STATEMENT_TIMESTAMP()
-        AND (expires IS NULL OR expires > STATEMENT_TIMESTAMP())
+        AND (expires IS NULL OR expires > STATEMENT_TIMESTAMP()) AND NOT gated
         AND EXISTS (SELECT 1 FROM alive)
         AND type_id = ANY(ARRAY(SELECT id FROM kinds)) AND NOT EXISTS (SELECT 1 FROM limited)
     ORDER BY priority DESC, not_before, instance_id LIMIT %(limit)s
@@ -163,7 +165,7 @@ SELECT meta.alive, meta.limited,
     ty.id, ty.identifier, ty.handler, ty.timeout, ty.max_restarts, ty.retention,
     ty.max_concurrency, ty.max_input_bytes, ty.max_response_bytes, ty.max_queued, ty.rate,
     ty.bucket_size, ty.tokens, ty.tokens_at, ty.dedup_window, ty.retry_limit, ty.age_limit,
-    ty.min_backoff, ty.max_backoff, ty.max_doublings, ty.retry_jitter, ty.max_snoozes, ty.is_paused, ty.pull,
+    ty.min_backoff, ty.max_backoff, ty.max_doublings, ty.retry_jitter, ty.max_snoozes, ty.key_concurrency, ty.gated, ty.is_paused, ty.pull,
     ty.input_format, ty.description, ty.created, ty.updated,
     inp.instance_id, inp.input_format, inp.data
 FROM (
@@ -197,6 +199,7 @@ WITH kinds AS (
     SELECT id, max_concurrency, rate, bucket_size, tokens, tokens_at,
         (max_concurrency IS NOT NULL OR rate IS NOT NULL) AS is_limited
     FROM atp_type WHERE id = ANY(%(types)b::bigint[]) AND NOT is_paused AND NOT pull
+        AND NOT gated
 ), alive AS (
     SELECT id FROM atp_daemon WHERE id = %(daemon)s AND stopped IS NULL FOR KEY SHARE
 ), limited AS (
@@ -222,7 +225,7 @@ WITH kinds AS (
 ), unlimited AS (
     SELECT instance_id, priority, not_before FROM atp_task
     WHERE daemon_id IS NULL AND paused_since IS NULL AND not_before <= STATEMENT_TIMESTAMP()
-        AND (expires IS NULL OR expires > STATEMENT_TIMESTAMP())
+        AND (expires IS NULL OR expires > STATEMENT_TIMESTAMP()) AND NOT gated
         AND EXISTS (SELECT 1 FROM alive)
         AND type_id = ANY(ARRAY(SELECT id FROM kinds WHERE NOT is_limited))
     ORDER BY priority DESC, not_before, instance_id LIMIT %(limit)s
@@ -231,7 +234,7 @@ WITH kinds AS (
     SELECT w.instance_id, w.priority, w.not_before FROM quota q CROSS JOIN LATERAL (
         SELECT instance_id, priority, not_before FROM atp_task
         WHERE daemon_id IS NULL AND paused_since IS NULL AND not_before <= STATEMENT_TIMESTAMP()
-            AND (expires IS NULL OR expires > STATEMENT_TIMESTAMP())
+            AND (expires IS NULL OR expires > STATEMENT_TIMESTAMP()) AND NOT gated
             AND EXISTS (SELECT 1 FROM alive) AND type_id = q.id
         ORDER BY priority DESC, not_before, instance_id LIMIT q.free
         FOR UPDATE SKIP LOCKED) w
@@ -284,7 +287,7 @@ SELECT meta.alive, meta.limited,
     ty.id, ty.identifier, ty.handler, ty.timeout, ty.max_restarts, ty.retention,
     ty.max_concurrency, ty.max_input_bytes, ty.max_response_bytes, ty.max_queued, ty.rate,
     ty.bucket_size, ty.tokens, ty.tokens_at, ty.dedup_window, ty.retry_limit, ty.age_limit,
-    ty.min_backoff, ty.max_backoff, ty.max_doublings, ty.retry_jitter, ty.max_snoozes, ty.is_paused, ty.pull,
+    ty.min_backoff, ty.max_backoff, ty.max_doublings, ty.retry_jitter, ty.max_snoozes, ty.key_concurrency, ty.gated, ty.is_paused, ty.pull,
     ty.input_format, ty.description, ty.created, ty.updated,
     inp.instance_id, inp.input_format, inp.data
 FROM (
@@ -407,6 +410,7 @@ WITH batch AS (
     SELECT id, max_concurrency, rate, bucket_size, tokens, tokens_at,
         (max_concurrency IS NOT NULL OR rate IS NOT NULL) AS is_limited
     FROM atp_type WHERE id = ANY(%(types)b::bigint[]) AND NOT is_paused AND NOT pull
+        AND NOT gated
 ), alive AS (
     SELECT id FROM atp_daemon WHERE id = %(daemon)s AND stopped IS NULL FOR KEY SHARE
 ), limited AS (
@@ -414,7 +418,7 @@ WITH batch AS (
 ), picked AS (
     SELECT instance_id, priority, not_before FROM atp_task
     WHERE daemon_id IS NULL AND paused_since IS NULL AND not_before <= STATEMENT_TIMESTAMP()
-        AND (expires IS NULL OR expires > STATEMENT_TIMESTAMP())
+        AND (expires IS NULL OR expires > STATEMENT_TIMESTAMP()) AND NOT gated
         AND EXISTS (SELECT 1 FROM alive)
         AND type_id = ANY(ARRAY(SELECT id FROM kinds)) AND NOT EXISTS (SELECT 1 FROM limited)
     ORDER BY priority DESC, not_before, instance_id LIMIT %(limit)s
@@ -457,7 +461,7 @@ SELECT meta.alive, meta.limited,
     ty.id, ty.identifier, ty.handler, ty.timeout, ty.max_restarts, ty.retention,
     ty.max_concurrency, ty.max_input_bytes, ty.max_response_bytes, ty.max_queued, ty.rate,
     ty.bucket_size, ty.tokens, ty.tokens_at, ty.dedup_window, ty.retry_limit, ty.age_limit,
-    ty.min_backoff, ty.max_backoff, ty.max_doublings, ty.retry_jitter, ty.max_snoozes, ty.is_paused, ty.pull,
+    ty.min_backoff, ty.max_backoff, ty.max_doublings, ty.retry_jitter, ty.max_snoozes, ty.key_concurrency, ty.gated, ty.is_paused, ty.pull,
     ty.input_format, ty.description, ty.created, ty.updated,
     inp.instance_id, inp.input_format, inp.data
 FROM (
@@ -523,6 +527,7 @@ WITH batch AS (
     SELECT id, max_concurrency, rate, bucket_size, tokens, tokens_at,
         (max_concurrency IS NOT NULL OR rate IS NOT NULL) AS is_limited
     FROM atp_type WHERE id = ANY(%(types)b::bigint[]) AND NOT is_paused AND NOT pull
+        AND NOT gated
 ), alive AS (
     SELECT id FROM atp_daemon WHERE id = %(daemon)s AND stopped IS NULL FOR KEY SHARE
 ), limited AS (
@@ -550,7 +555,7 @@ WITH batch AS (
 ), unlimited AS (
     SELECT instance_id, priority, not_before FROM atp_task
     WHERE daemon_id IS NULL AND paused_since IS NULL AND not_before <= STATEMENT_TIMESTAMP()
-        AND (expires IS NULL OR expires > STATEMENT_TIMESTAMP())
+        AND (expires IS NULL OR expires > STATEMENT_TIMESTAMP()) AND NOT gated
         AND EXISTS (SELECT 1 FROM alive)
         AND type_id = ANY(ARRAY(SELECT id FROM kinds WHERE NOT is_limited))
     ORDER BY priority DESC, not_before, instance_id LIMIT %(limit)s
@@ -559,7 +564,7 @@ WITH batch AS (
     SELECT w.instance_id, w.priority, w.not_before FROM quota q CROSS JOIN LATERAL (
         SELECT instance_id, priority, not_before FROM atp_task
         WHERE daemon_id IS NULL AND paused_since IS NULL AND not_before <= STATEMENT_TIMESTAMP()
-            AND (expires IS NULL OR expires > STATEMENT_TIMESTAMP())
+            AND (expires IS NULL OR expires > STATEMENT_TIMESTAMP()) AND NOT gated
             AND EXISTS (SELECT 1 FROM alive) AND type_id = q.id
         ORDER BY priority DESC, not_before, instance_id LIMIT q.free
         FOR UPDATE SKIP LOCKED) w
@@ -612,7 +617,7 @@ SELECT meta.alive, meta.limited,
     ty.id, ty.identifier, ty.handler, ty.timeout, ty.max_restarts, ty.retention,
     ty.max_concurrency, ty.max_input_bytes, ty.max_response_bytes, ty.max_queued, ty.rate,
     ty.bucket_size, ty.tokens, ty.tokens_at, ty.dedup_window, ty.retry_limit, ty.age_limit,
-    ty.min_backoff, ty.max_backoff, ty.max_doublings, ty.retry_jitter, ty.max_snoozes, ty.is_paused, ty.pull,
+    ty.min_backoff, ty.max_backoff, ty.max_doublings, ty.retry_jitter, ty.max_snoozes, ty.key_concurrency, ty.gated, ty.is_paused, ty.pull,
     ty.input_format, ty.description, ty.created, ty.updated,
     inp.instance_id, inp.input_format, inp.data
 FROM (
@@ -673,7 +678,7 @@ SELECT s.id, s.type_id, s.identifier, s.named, s.status, s.priority, s.tag, s.at
     ty.id, ty.identifier, ty.handler, ty.timeout, ty.max_restarts, ty.retention,
     ty.max_concurrency, ty.max_input_bytes, ty.max_response_bytes, ty.max_queued, ty.rate,
     ty.bucket_size, ty.tokens, ty.tokens_at, ty.dedup_window, ty.retry_limit, ty.age_limit,
-    ty.min_backoff, ty.max_backoff, ty.max_doublings, ty.retry_jitter, ty.max_snoozes, ty.is_paused, ty.pull,
+    ty.min_backoff, ty.max_backoff, ty.max_doublings, ty.retry_jitter, ty.max_snoozes, ty.key_concurrency, ty.gated, ty.is_paused, ty.pull,
     ty.input_format, ty.description, ty.created, ty.updated,
     inp.instance_id, inp.input_format, inp.data
 FROM started s JOIN atp_type ty ON ty.id = s.type_id JOIN atp_inputs inp ON inp.instance_id = s.id;
@@ -760,10 +765,10 @@ WITH kind AS (
     RETURNING id, created
 ), queued AS (
     INSERT INTO atp_task (instance_id, type_id, identifier, priority, tag, enqueued, not_before,
-        daemon_id, claimed, deadline, paused_since, expires)
+        daemon_id, claimed, deadline, paused_since, expires, gated)
     SELECT new.id, %(type_id)s, %(identifier)s, %(priority)s, %(tag)s, new.created,
         COALESCE(%(not_before)s::timestamptz, new.created + %(delay)s::interval),
-        NULL, NULL, NULL, NULL, NULL
+        NULL, NULL, NULL, NULL, NULL, FALSE
     FROM new
 ), stored AS (
     INSERT INTO atp_inputs (instance_id, input_format, data)
@@ -801,10 +806,10 @@ WITH kind AS (
     RETURNING id, identifier, created
 ), queued AS (
     INSERT INTO atp_task (instance_id, type_id, identifier, priority, tag, enqueued, not_before,
-        daemon_id, claimed, deadline, paused_since, expires)
+        daemon_id, claimed, deadline, paused_since, expires, gated)
     SELECT new.id, %(type_id)s, new.identifier, %(priority)s, %(tag)s, new.created,
         COALESCE(%(not_before)s::timestamptz, new.created + %(delay)s::interval),
-        NULL, NULL, NULL, NULL, NULL
+        NULL, NULL, NULL, NULL, NULL, FALSE
     FROM new
 ), stored AS (
     INSERT INTO atp_inputs (instance_id, input_format, data)

@@ -21,13 +21,14 @@ SELECT 1 FROM atp_daemon WHERE id = %s AND stopped IS NULL;
 
 -- name: claimable_types
 -- The types of the JSON array %s a claim may take: not paused, never a pull type (its
--- tasks are leased by consumers, atp.engine.pull).
+-- tasks are leased by consumers, atp.engine.pull), nor a gated one (its tasks may hold
+-- semaphores: atp.engine.semaphores claims them).
 SELECT id, identifier, handler, timeout, max_restarts, retention, max_concurrency,
     max_input_bytes, max_response_bytes, max_queued, rate, bucket_size, tokens, tokens_at,
     dedup_window, retry_limit, age_limit, min_backoff, max_backoff, max_doublings,
-    retry_jitter, max_snoozes, is_paused, pull, input_format, description, created, updated
+    retry_jitter, max_snoozes, key_concurrency, gated, is_paused, pull, input_format, description, created, updated
 FROM atp_type
-WHERE is_paused = 0 AND pull = 0 AND id IN (SELECT value FROM json_each(%s));
+WHERE is_paused = 0 AND pull = 0 AND gated = 0 AND id IN (SELECT value FROM json_each(%s));
 
 -- name: leases
 -- The leases held of each type of the JSON array %s (its max_concurrency counts them).
@@ -40,7 +41,7 @@ GROUP BY type_id;
 -- claim order, walking the claim index.
 SELECT instance_id FROM atp_task INDEXED BY atp_task_claim_idx
 WHERE daemon_id IS NULL AND paused_since IS NULL AND not_before <= %(now)s
-    AND (expires IS NULL OR expires > %(now)s)
+    AND (expires IS NULL OR expires > %(now)s) AND NOT gated
     AND type_id IN (SELECT value FROM json_each(%(types)s))
 ORDER BY priority DESC, not_before, instance_id LIMIT %(limit)s;
 
@@ -58,7 +59,7 @@ SELECT instance_id FROM (
     SELECT * FROM (
         SELECT instance_id, priority, not_before FROM atp_task INDEXED BY atp_task_claim_idx
         WHERE daemon_id IS NULL AND paused_since IS NULL AND not_before <= %(now)s
-            AND (expires IS NULL OR expires > %(now)s)
+            AND (expires IS NULL OR expires > %(now)s) AND NOT gated
             AND type_id IN (SELECT value FROM json_each(%(unlimited)s))
             AND json_array_length(%(unlimited)s) > 0
         ORDER BY priority DESC, not_before, instance_id LIMIT %(limit)s)
@@ -72,7 +73,7 @@ SELECT instance_id FROM (
         WHERE t.instance_id IN (
             SELECT instance_id FROM atp_task INDEXED BY atp_task_claim_idx
             WHERE daemon_id IS NULL AND paused_since IS NULL AND not_before <= %(now)s
-                AND (expires IS NULL OR expires > %(now)s)
+                AND (expires IS NULL OR expires > %(now)s) AND NOT gated
                 AND type_id = CAST(q.key AS INTEGER)
             ORDER BY priority DESC, not_before, instance_id LIMIT %(limit)s))
     WHERE rank <= free
@@ -144,7 +145,7 @@ RETURNING id, type_id, identifier, named, status, priority, tag, attempt, restar
 SELECT id, identifier, handler, timeout, max_restarts, retention, max_concurrency,
     max_input_bytes, max_response_bytes, max_queued, rate, bucket_size, tokens, tokens_at,
     dedup_window, retry_limit, age_limit, min_backoff, max_backoff, max_doublings,
-    retry_jitter, max_snoozes, is_paused, pull, input_format, description, created, updated
+    retry_jitter, max_snoozes, key_concurrency, gated, is_paused, pull, input_format, description, created, updated
 FROM atp_type WHERE id = %s;
 
 -- name: inputs_of
@@ -221,9 +222,9 @@ RETURNING id, identifier;
 -- name: insert_tasks
 -- The queue rows of the tasks %(rows)s (a JSON array of [key, identifier]).
 INSERT INTO atp_task (instance_id, type_id, identifier, priority, tag, enqueued, not_before,
-    daemon_id, claimed, deadline, paused_since, expires)
+    daemon_id, claimed, deadline, paused_since, expires, gated)
 SELECT json_extract(value, '$[0]'), %(type_id)s, json_extract(value, '$[1]'), %(priority)s,
-    %(tag)s, %(enqueued)s, %(not_before)s, NULL, NULL, NULL, NULL, NULL
+    %(tag)s, %(enqueued)s, %(not_before)s, NULL, NULL, NULL, NULL, NULL, FALSE
 FROM json_each(%(rows)s);
 
 -- name: insert_inputs

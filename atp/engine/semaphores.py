@@ -1,0 +1,207 @@
+"""Semaphores: named counters of slots that tasks hold while their attempt runs.
+
+A task names the semaphores it needs at enqueue (``hold=["account-42"]``, or
+``key="user-42"`` for its type's semaphore of that key, whose limit is the type's
+``key_concurrency``). A semaphore has a limit (1 by default: a mutex; ``set_semaphore``).
+A task is claimed only while **every** semaphore it holds has a free slot, and the claim
+takes a slot of each in its own transaction, all or none: no task waits holding some of
+its slots, so no set of tasks can deadlock, whatever order they name them in.
+
+A slot is held for as long as the attempt holds its lease, and counted so: the holders
+of a semaphore are the tasks holding it whose queue row is leased (``Task.daemon``). So
+every way a lease ends (the end of the attempt, a restart, a hand-back, a reaper, an
+expired pull lease) frees the slot, with nothing more to write. A waiting task holds
+no slot, and no worker.
+
+The engines' own claims take no task of a gated type (one whose tasks may hold
+semaphores: ``Type.gated``, set by the first enqueue naming one, and kept), nor any
+task that holds one (``Task.gated``); ``claim_gated`` claims them, with the portable
+form of the claim (``atp.engine.orm``), for every engine. It locks the semaphores it
+meets (``FOR NO KEY UPDATE SKIP LOCKED``: one another claim holds counts as full this
+round, so claims never wait for each other), counts their holders under the lock, and
+skips a task whose semaphores are full: tasks of a busy key do not hold up others.
+"""
+
+import collections
+import re
+
+from django.db import connections
+from django.db.models import Count, Q
+
+from atp.engine.base import database, queue_write
+from atp.exceptions import InvalidParameter
+from atp.models import KEY_MAX_LENGTH, SEMAPHORE_NAME_MAX_LENGTH, Hold, Semaphore, Task, Type
+
+#: A semaphore's name, and a key: letters, digits and ``_ - . : /``.
+NAME = re.compile(r"[A-Za-z0-9_.:/-]+")
+#: The most semaphores one task holds.
+HOLDS_MAX = 16
+#: The largest limit of a semaphore (0 closes it: no task holding it starts).
+LIMIT_MAX = 2**31 - 1
+
+
+def _clean_name(name, what, most):
+    if not isinstance(name, str) or not NAME.fullmatch(name) or len(name) > most:
+        raise InvalidParameter(
+            f"{what} has 1 to {most} letters, digits, '_', '-', '.', ':' or '/', not {name!r}")
+    return name
+
+
+def clean_semaphore_name(name):
+    """Return ``name``, a semaphore's name, checked; raise ``InvalidParameter``."""
+    return _clean_name(name, "a semaphore's name", SEMAPHORE_NAME_MAX_LENGTH)
+
+
+def key_semaphore_name(task_type, key):
+    """Return the name of the semaphore of ``key`` of ``task_type`` (no name given to
+    ``set_semaphore`` can be one: it has brackets)."""
+    return f"{task_type.identifier}[{key}]"
+
+
+def clean_holds(hold, key, task_type):
+    """Return the semaphores a task of ``task_type`` holds, as ``[(name, key's type or
+    None)]``, from ``enqueue``'s ``hold`` (names) and ``key``; raise ``InvalidParameter``."""
+    if hold is None:
+        hold = []
+    elif isinstance(hold, str) or not isinstance(hold, (list, tuple, set, frozenset)):
+        raise InvalidParameter(f"hold is a list of semaphore names, not {hold!r}")
+    names = [clean_semaphore_name(name) for name in hold]
+    if len(set(names)) != len(names):
+        raise InvalidParameter(f"hold names a semaphore twice: {names!r}")
+    holds = [(name, None) for name in names]
+    if key is not None:
+        key = _clean_name(key, "a key", KEY_MAX_LENGTH)
+        if task_type.key_concurrency is None:
+            raise InvalidParameter(
+                f"task type {task_type.identifier!r} has no key_concurrency: a key would "
+                "limit nothing (register the type with key_concurrency=N)")
+        holds.append((key_semaphore_name(task_type, key), task_type))
+    if len(holds) > HOLDS_MAX:
+        raise InvalidParameter(f"a task holds at most {HOLDS_MAX} semaphores, not {len(holds)}")
+    if holds and task_type.pull:
+        raise InvalidParameter(f"task type {task_type.identifier!r} is a pull type: its "
+                               "tasks hold no semaphore")
+    return holds
+
+
+def write_holds(task_type, instances, holds):
+    """Make each of ``instances`` (written, with their queue rows marked ``gated``) hold
+    ``holds`` (``clean_holds``'s), making the semaphores that do not exist yet (a mutex,
+    or a key's), and mark ``task_type`` gated: from now on ``claim_gated`` claims its
+    tasks. Run in the enqueue's transaction."""
+    Semaphore.objects.bulk_create(
+        [Semaphore(name=name, limit=None if key_type else 1, type=key_type)
+         for name, key_type in holds], ignore_conflicts=True)
+    ids = dict(Semaphore.objects.filter(name__in=[name for name, _ in holds])
+               .values_list("name", "pk"))
+    Hold.objects.bulk_create(Hold(instance=instance, semaphore_id=ids[name])
+                             for instance in instances for name, _ in holds)
+    if not task_type.gated:
+        Type.objects.filter(pk=task_type.pk, gated=False).update(gated=True)
+
+
+@queue_write
+def set_semaphore(name, limit):
+    """Make semaphore ``name`` allow ``limit`` holders at once (0 closes it); return it.
+
+    Tasks already holding it keep their slots when the limit is lowered: no new one is
+    claimed until they are fewer than the limit. A key's semaphore takes its type's
+    ``key_concurrency``. Raise ``InvalidParameter``."""
+    name = clean_semaphore_name(name)
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 0 <= limit <= LIMIT_MAX:
+        raise InvalidParameter(f"a semaphore's limit is an integer from 0 to {LIMIT_MAX}, "
+                               f"not {limit!r}")
+    semaphore, _ = Semaphore.objects.update_or_create(name=name, defaults={"limit": limit})
+    return semaphore
+
+
+def holders(semaphore_ids):
+    """Return ``{semaphore id: how many tasks hold a slot of it}``: those whose attempt
+    holds a lease. Read from the leased queue rows, which are few (about as many as the
+    daemons have workers), not from the holds, which may be many."""
+    return dict(
+        Task.objects.filter(daemon__isnull=False, instance__holds__semaphore_id__in=semaphore_ids)
+        .values("instance__holds__semaphore_id").annotate(count=Count("pk"))
+        .values_list("instance__holds__semaphore_id", "count"))
+
+
+class Gates:
+    """The semaphores one claim met, locked for it, and the slots each has left.
+
+    ``holds_of`` reads what the tasks read next hold; ``admit`` takes a slot of each
+    semaphore of a task, all of them or none, locking and counting those it meets for
+    the first time (only those of the tasks the claim weighs: a semaphore it locks is
+    full for the other daemons' claims until it commits)."""
+
+    def __init__(self):
+        self.left = {}  # semaphore id -> slots left this round (None: no limit)
+
+    def holds_of(self, pks):
+        """Return ``{key: [semaphore id]}`` of the tasks ``pks``."""
+        held = collections.defaultdict(list)
+        for pk, semaphore_id in Hold.objects.filter(instance_id__in=pks).values_list(
+                "instance_id", "semaphore_id"):
+            held[pk].append(semaphore_id)
+        return held
+
+    def _lock(self, ids):
+        features = connections[database()].features
+        rows = Semaphore.objects.filter(pk__in=ids).order_by("pk")
+        if features.has_select_for_update:
+            # One another claim holds is full for this one: it does not wait for it.
+            rows = rows.select_for_update(
+                skip_locked=features.has_select_for_update_skip_locked,
+                no_key=features.has_select_for_no_key_update)
+        locked = list(rows.values_list("pk", "limit", "type_id"))
+        key_types = {type_id for _, limit, type_id in locked if limit is None and type_id}
+        per_key = dict(Type.objects.filter(pk__in=key_types).values_list("pk", "key_concurrency"))
+        held = holders([pk for pk, _, _ in locked])
+        for pk in ids:
+            self.left[pk] = 0  # not locked: another claim holds it
+        for pk, limit, type_id in locked:
+            if limit is None:
+                limit = per_key.get(type_id) if type_id else None
+            self.left[pk] = None if limit is None else max(0, limit - held.get(pk, 0))
+
+    def admit(self, semaphore_ids):
+        """Take a slot of each of ``semaphore_ids`` and return True, if each has one left;
+        else take none and return False."""
+        met = set(semaphore_ids) - self.left.keys()
+        if met:
+            self._lock(met)
+        if any(self.left[pk] is not None and self.left[pk] < 1 for pk in semaphore_ids):
+            return False
+        for pk in semaphore_ids:
+            if self.left[pk] is not None:
+                self.left[pk] -= 1
+        return True
+
+    def give_back(self, semaphore_ids):
+        """Return the slots ``admit`` took of ``semaphore_ids``."""
+        for pk in semaphore_ids:
+            if self.left[pk] is not None:
+                self.left[pk] += 1
+
+
+def after(priority, not_before, pk):
+    """Return the filter of the waiting rows after ``(priority, not_before, pk)`` in claim
+    order (``atp.engine.sql.CLAIM_ORDER``)."""
+    return (Q(priority__lt=priority) | Q(priority=priority, not_before__gt=not_before)
+            | Q(priority=priority, not_before=not_before, instance_id__gt=pk))
+
+
+def claim_gated(daemon, limit, type_ids, *, start=0, inputs=False):
+    """Claim up to ``limit`` runnable tasks of the gated types among ``type_ids`` for
+    ``daemon`` (their semaphores counted), as the engines' claims do the others';
+    start the first ``start``; return them in claim order. One transaction of the
+    current engine's. Raise ``DaemonStopped``."""
+    from atp.engine.engines import engine
+    from atp.engine.orm import claim_in_transaction
+
+    return engine().transaction(lambda: claim_in_transaction(
+        daemon, limit, type_ids, start, inputs, gated=True), one_statement=False)
+
+
+def gated_types(type_ids):
+    """Return the keys of the gated types among ``type_ids``, sorted."""
+    return sorted(Type.objects.filter(pk__in=type_ids, gated=True).values_list("pk", flat=True))

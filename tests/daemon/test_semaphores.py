@@ -1,0 +1,61 @@
+"""Semaphores with real daemons: a mutex never has two holders, a semaphore of 4 never
+five, and five philosophers each holding two forks (named in random order) always
+finish, while a daemon is SIGKILLed between. Each task takes an exclusive file lock of
+each semaphore it holds: two holders at once would leave a mark (``hold_locks``)."""
+
+import random
+import signal
+
+import pytest
+
+import atp
+from atp.models import Instance
+from atp.states import TERMINAL, Status
+from tests.processes import wait_until
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+
+def test_semaphores_hold_across_daemons_and_a_sigkill(start_daemon, tmp_path):
+    atp.register_task_type("tests.locks", "tests.handlers.hold_locks", max_restarts=5)
+    atp.set_semaphore("gpu", 4)
+    shuffle = random.Random(7).shuffle
+    tasks = []
+    for _ in range(8):  # rounds
+        for seat in range(5):  # the dining philosophers: forks seat and seat + 1
+            forks = [f"fork-{seat}", f"fork-{(seat + 1) % 5}"]
+            shuffle(forks)
+            tasks.append(atp.enqueue("tests.locks", {"directory": str(tmp_path),
+                                                     "locks": forks}, hold=forks))
+        tasks.append(atp.enqueue("tests.locks", {"directory": str(tmp_path), "locks": ["m"]},
+                                 hold=["m"]))
+    # The gpu's four slots: each task locks one of four slot files; a fifth finds none.
+    slots = [f"gpu-{n}" for n in range(4)]
+    for _ in range(20):
+        tasks.append(atp.enqueue("tests.locks", {"directory": str(tmp_path), "one_of": slots,
+                                                 "seconds": 0.1}, hold=["gpu"]))
+    daemons = [start_daemon("--workers", "2") for _ in range(3)]
+    wait_until(lambda: Instance.objects.filter(status__in=TERMINAL).count() >= 10, 60,
+               message="ten tasks ran", output=daemons[0].output)
+    daemons[1].signal(signal.SIGKILL)
+    wait_until(lambda: Instance.objects.filter(status__in=TERMINAL).count() == len(tasks),
+               120, message="every task ended", output=daemons[0].output)
+    assert sorted(path.name for path in tmp_path.glob("*.overlap")) == [], (
+        "two holders of one semaphore at once")
+    assert not Instance.objects.exclude(status=Status.FINISHED).exists()
+
+
+def test_a_type_that_becomes_gated_while_a_daemon_runs_is_claimed_with_its_semaphores(
+        start_daemon, tmp_path):
+    atp.register_task_type("tests.locks", "tests.handlers.hold_locks")
+    daemon = start_daemon("--workers", "2")
+    plain = atp.enqueue("tests.locks", {"directory": str(tmp_path)})
+    wait_until(lambda: Instance.objects.get(pk=plain.pk).status == Status.FINISHED, 30,
+               message="the plain task ran", output=daemon.output)
+    held = [atp.enqueue("tests.locks", {"directory": str(tmp_path), "locks": ["m"],
+                                        "seconds": 0.2}, hold=["m"]) for _ in range(3)]
+    wait_until(lambda: all(Instance.objects.get(pk=task.pk).status in TERMINAL
+                           for task in held), 30, message="the gated tasks ended",
+               output=daemon.output)
+    assert list(tmp_path.glob("*.overlap")) == []
+    assert {Instance.objects.get(pk=task.pk).status for task in held} == {Status.FINISHED}

@@ -138,6 +138,16 @@ class Type(models.Model):
         help_text="At most this many tasks of one key (enqueue(..., key=...)) in flight at "
         "once; empty: keys are refused.",
     )
+    key_rate = models.FloatField(
+        null=True, blank=True,
+        help_text="At most this many tasks of one key started per second, on average, "
+        "across all daemons (the API also takes \"10/m\"); empty for no limit.",
+    )
+    key_bucket_size = models.PositiveIntegerField(
+        null=True, blank=True,
+        help_text="How many tasks of one key may start at once after a quiet spell; empty "
+        "for 5. Only with a key_rate.",
+    )
     # Whether tasks of the type may hold semaphores: its claims then count them
     # (atp.engine.semaphores). Set by the first enqueue that names one; kept.
     gated = models.BooleanField(default=False, editable=False)
@@ -575,6 +585,10 @@ class Semaphore(models.Model):
         Type, on_delete=models.CASCADE, null=True, blank=True, related_name="+",
         help_text="The task type of a key's semaphore.",
     )
+    # A key's token bucket (its type's key_rate) as the last claim left it: ``tokens`` at
+    # ``tokens_at`` (None: full).
+    tokens = models.FloatField(null=True, blank=True, editable=False)
+    tokens_at = models.DateTimeField(null=True, blank=True, editable=False)
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
 

@@ -251,6 +251,9 @@ TYPE_PARAMETERS = {
     "max_snoozes": functools.partial(_count, minimum=0, maximum=2**31 - 1, allow_none=True),
     # How many tasks of one key (enqueue(..., key=...)) may be in flight at once.
     "key_concurrency": functools.partial(_count, minimum=1, maximum=2**31 - 1, allow_none=True),
+    # Starts a second of one key, and its token bucket's size (atp.rates).
+    "key_rate": parse_rate,
+    "key_bucket_size": functools.partial(_count, minimum=1, maximum=2**31 - 1, allow_none=True),
 }
 
 

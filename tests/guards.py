@@ -185,6 +185,7 @@ GUARDS = [
     Guard("semaphores: holders are the leased", "atp/engine/semaphores.py",
           "Task.objects.filter(daemon__isnull=False, instance__holds__semaphore_id__in=",
           "Task.objects.filter(instance__holds__semaphore_id__in="),
+    Guard("semaphores: a key's tokens spent", "atp/engine/orm.py", "    gates.spend()\n", ""),
     Guard("claim: no gated type (hot)", PG, "AND NOT pull\n        AND NOT gated\n",
           "AND NOT pull\n", HOT, 4),
     Guard("claim: no gated task (hot)", PG, ") AND NOT gated", ")", HOT, 6),

@@ -22,7 +22,8 @@ from atp.templatetags.atp import status_badge
 TUNABLE = ["description", "timeout", "max_restarts", "retention", "max_concurrency", "rate",
            "bucket_size", "max_input_bytes", "max_response_bytes", "max_queued", "dedup_window",
            "retry_limit",
-           "age_limit", "min_backoff", "max_backoff", "max_doublings", "retry_jitter", "max_snoozes", "key_concurrency"]
+           "age_limit", "min_backoff", "max_backoff", "max_doublings", "retry_jitter", "max_snoozes", "key_concurrency", "key_rate",
+           "key_bucket_size"]
 
 
 class TypeForm(forms.ModelForm):
@@ -32,6 +33,10 @@ class TypeForm(forms.ModelForm):
         required=False, help_text=Type._meta.get_field("rate").help_text.replace(
             "per second, on average", "on average, per second (\"5/s\"), minute (\"20/m\"), "
             "hour or day").replace(' (the API also takes "5/s", "20/m")', ""))
+    key_rate = forms.CharField(
+        required=False, help_text=Type._meta.get_field("key_rate").help_text.replace(
+            "per second, on average", "on average, per second (\"5/s\"), minute (\"10/m\"), "
+            "hour or day").replace(' (the API also takes "10/m")', ""))
 
     class Meta:
         model = Type
@@ -40,13 +45,20 @@ class TypeForm(forms.ModelForm):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.initial["rate"] = format_rate(self.instance.rate)
+        self.initial["key_rate"] = format_rate(self.instance.key_rate)
 
-    def clean_rate(self):
-        given = self.cleaned_data["rate"].strip()
+    def _clean_a_rate(self, name):
+        given = self.cleaned_data[name].strip()
         try:
-            return parse_rate("rate", given) if given else None
+            return parse_rate(name, given) if given else None
         except InvalidParameter as exc:
             raise forms.ValidationError(str(exc)) from None
+
+    def clean_rate(self):
+        return self._clean_a_rate("rate")
+
+    def clean_key_rate(self):
+        return self._clean_a_rate("key_rate")
 
     def clean(self):
         cleaned = super().clean()
@@ -59,6 +71,9 @@ class TypeForm(forms.ModelForm):
         if cleaned.get("bucket_size") is not None and cleaned.get("rate") is None:
             self.add_error("bucket_size", "A bucket size needs a rate: it is the size of the "
                                           "rate's bucket.")
+        if cleaned.get("key_bucket_size") is not None and cleaned.get("key_rate") is None:
+            self.add_error("key_bucket_size", "A key's bucket size needs a key_rate: it is the "
+                                              "size of each key's bucket.")
         return cleaned
 
 
@@ -96,7 +111,7 @@ class TypeAdmin(CheckedLookups, NumericKeys, admin.ModelAdmin):
               "max_restarts", "retention", "max_concurrency", "rate", "bucket_size",
               "max_input_bytes",
               "max_response_bytes", "max_queued", "dedup_window", "retry_limit", "age_limit", "min_backoff", "max_backoff",
-              "max_doublings", "retry_jitter", "max_snoozes", "key_concurrency", "state", "live_by_state", "run_by", "created",
+              "max_doublings", "retry_jitter", "max_snoozes", "key_concurrency", "key_rate", "key_bucket_size", "state", "live_by_state", "run_by", "created",
               "updated"]
 
     class Media:

@@ -270,6 +270,7 @@ def _take_gated(limit, limits):
             break
         _, _, _, priority, not_before = rows[-1]
         last = (priority, not_before, rows[-1][0])
+    gates.spend()
     return taken, types, (buckets, now)
 
 

@@ -23,14 +23,17 @@ skips a task whose semaphores are full: tasks of a busy key do not hold up other
 """
 
 import collections
+import math
 import re
 
 from django.db import connections
 from django.db.models import Count, Q
 
+from atp.db import database_now
 from atp.engine.base import database, queue_write
 from atp.exceptions import InvalidParameter
 from atp.models import KEY_MAX_LENGTH, SEMAPHORE_NAME_MAX_LENGTH, Hold, Semaphore, Task, Type
+from atp.rates import tokens_now
 
 #: A semaphore's name, and a key: letters, digits and ``_ - . : /``.
 NAME = re.compile(r"[A-Za-z0-9_.:/-]+")
@@ -71,10 +74,11 @@ def clean_holds(hold, key, task_type):
     holds = [(name, None) for name in names]
     if key is not None:
         key = _clean_name(key, "a key", KEY_MAX_LENGTH)
-        if task_type.key_concurrency is None:
+        if task_type.key_concurrency is None and task_type.key_rate is None:
             raise InvalidParameter(
-                f"task type {task_type.identifier!r} has no key_concurrency: a key would "
-                "limit nothing (register the type with key_concurrency=N)")
+                f"task type {task_type.identifier!r} has no key_concurrency nor key_rate: a "
+                "key would limit nothing (register the type with key_concurrency=N or "
+                "key_rate=\"10/m\")")
         holds.append((key_semaphore_name(task_type, key), task_type))
     if len(holds) > HOLDS_MAX:
         raise InvalidParameter(f"a task holds at most {HOLDS_MAX} semaphores, not {len(holds)}")
@@ -135,6 +139,9 @@ class Gates:
 
     def __init__(self):
         self.left = {}  # semaphore id -> slots left this round (None: no limit)
+        # semaphore id -> (its key's bucket as of ``now``, slots taken of it this round)
+        self.buckets = {}
+        self.now = None
 
     def holds_of(self, pks):
         """Return ``{key: [semaphore id]}`` of the tasks ``pks``."""
@@ -152,16 +159,26 @@ class Gates:
             rows = rows.select_for_update(
                 skip_locked=features.has_select_for_update_skip_locked,
                 no_key=features.has_select_for_no_key_update)
-        locked = list(rows.values_list("pk", "limit", "type_id"))
-        key_types = {type_id for _, limit, type_id in locked if limit is None and type_id}
-        per_key = dict(Type.objects.filter(pk__in=key_types).values_list("pk", "key_concurrency"))
-        held = holders([pk for pk, _, _ in locked])
+        locked = list(rows.values_list("pk", "limit", "type_id", "tokens", "tokens_at"))
+        key_types = {type_id for _, limit, type_id, _, _ in locked if limit is None and type_id}
+        per_key = {pk: rest for pk, *rest in Type.objects.filter(pk__in=key_types).values_list(
+            "pk", "key_concurrency", "key_rate", "key_bucket_size")}
+        held = holders([pk for pk, *_ in locked])
         for pk in ids:
             self.left[pk] = 0  # not locked: another claim holds it
-        for pk, limit, type_id in locked:
-            if limit is None:
-                limit = per_key.get(type_id) if type_id else None
-            self.left[pk] = None if limit is None else max(0, limit - held.get(pk, 0))
+        for pk, limit, type_id, tokens, tokens_at in locked:
+            rate = size = None
+            if limit is None and type_id:
+                limit, rate, size = per_key.get(type_id, (None, None, None))
+            left = None if limit is None else max(0, limit - held.get(pk, 0))
+            if rate is not None:  # a key's rate: the whole tokens in its bucket, as of now
+                if self.now is None:
+                    self.now = database_now(database())
+                bucket = tokens_now(rate, size, tokens, tokens_at, self.now)
+                self.buckets[pk] = [bucket, 0]
+                whole = max(0, math.floor(bucket))
+                left = whole if left is None else min(left, whole)
+            self.left[pk] = left
 
     def admit(self, semaphore_ids):
         """Take a slot of each of ``semaphore_ids`` and return True, if each has one left;
@@ -171,16 +188,26 @@ class Gates:
             self._lock(met)
         if any(self.left[pk] is not None and self.left[pk] < 1 for pk in semaphore_ids):
             return False
-        for pk in semaphore_ids:
-            if self.left[pk] is not None:
-                self.left[pk] -= 1
+        self._count(semaphore_ids, -1)
         return True
 
     def give_back(self, semaphore_ids):
         """Return the slots ``admit`` took of ``semaphore_ids``."""
+        self._count(semaphore_ids, 1)
+
+    def _count(self, semaphore_ids, change):
         for pk in semaphore_ids:
             if self.left[pk] is not None:
-                self.left[pk] += 1
+                self.left[pk] += change
+            if pk in self.buckets:
+                self.buckets[pk][1] -= change
+
+    def spend(self):
+        """Take a token from its key's bucket per slot taken, in the claim's transaction (a
+        bucket none was taken from is left as it is: its refill counts from the same time)."""
+        for pk, (bucket, taken) in self.buckets.items():
+            if taken:
+                Semaphore.objects.filter(pk=pk).update(tokens=bucket - taken, tokens_at=self.now)
 
 
 def after(priority, not_before, pk):

@@ -59,3 +59,28 @@ def test_a_type_that_becomes_gated_while_a_daemon_runs_is_claimed_with_its_semap
                output=daemon.output)
     assert list(tmp_path.glob("*.overlap")) == []
     assert {Instance.objects.get(pk=task.pk).status for task in held} == {Status.FINISHED}
+
+
+def test_a_per_key_rate_admits_its_rate_for_each_key_at_once(start_daemon):
+    """Two keys of a type with key_rate="5/s" (a bucket of 5): over 20 s each starts 5 +
+    5 x 20 = 105 tasks, whatever the other does (App Engine's token bucket, per key)."""
+    import datetime
+    import time
+
+    from atp.models import LogRecord
+
+    atp.register_task_type("tests.api", "tests.handlers.noop", key_rate="5/s")
+    tasks = {key: {task.pk for task in atp.enqueue_many("tests.api", [{}] * 200, key=key)}
+             for key in ("token-1", "token-2")}
+    daemon = start_daemon("--workers", "4", "--poll-interval", "0.5")
+    wait_until(lambda: LogRecord.objects.filter(status=Status.RUNNING).exists(), 30,
+               message="a task started", output=daemon.output)
+    time.sleep(21)
+    starts = list(LogRecord.objects.filter(status=Status.RUNNING).values_list(
+        "instance_id", "time"))
+    first = min(time_ for _, time_ in starts)
+    window = [pk for pk, time_ in starts if time_ < first + datetime.timedelta(seconds=20)]
+    for key, pks in tasks.items():
+        started = sum(pk in pks for pk in window)
+        print(f"{key}: {started} starts in 20 s")
+        assert 90 <= started <= 110, (key, started)

@@ -217,3 +217,32 @@ def test_an_engines_claim_takes_no_gated_task_even_of_a_type_it_reads_ungated(no
     claimed = engine.claim_for_daemon(daemon, 5, [noop_type.pk], start=1)
     assert [task.pk for task in claimed] == [plain.pk]
     assert Instance.objects.get(pk=gated.pk).status == Status.ACCEPTED
+
+
+def test_a_keys_rate_is_a_token_bucket_per_key(db, daemon):
+    import datetime
+
+    atp.register_task_type("tests.api", "tests.handlers.noop", key_rate="2/s", key_bucket_size=2)
+    calls = {key: [atp.enqueue("tests.api", key=key) for _ in range(5)] for key in ("t1", "t2")}
+    first = claimed_pks(daemon)
+    assert sorted(first) == sorted([task.pk for task in calls["t1"][:2] + calls["t2"][:2]])
+    assert claimed_pks(daemon) == [], "a key's bucket gave more than it held"
+    # Half a second later each bucket holds one token again.
+    Semaphore.objects.update(tokens_at=models_now() - datetime.timedelta(seconds=0.5))
+    assert sorted(claimed_pks(daemon)) == sorted([calls["t1"][2].pk, calls["t2"][2].pk])
+    bucket = Semaphore.objects.get(name="tests.api[t1]")
+    assert bucket.tokens is not None and bucket.tokens < 1
+
+
+def test_a_key_needs_its_types_key_concurrency_or_key_rate(db):
+    atp.register_task_type("tests.api", "tests.handlers.noop", key_rate="10/m")
+    atp.enqueue("tests.api", key="token-1")
+    with pytest.raises(InvalidParameter, match="key_rate must be"):
+        atp.register_task_type("tests.bad", "tests.handlers.noop", key_rate="fast")
+
+
+def models_now():
+    from atp.db import database_now
+    from atp.engine.base import database
+
+    return database_now(database())

@@ -34,7 +34,7 @@ SELECT UTC_TIMESTAMP(6) FROM atp_daemon WHERE id = %s AND stopped IS NULL LOCK I
 SELECT y.id, y.identifier, y.handler, y.timeout, y.max_restarts, y.retention,
     y.max_concurrency, y.max_input_bytes, y.max_response_bytes, y.max_queued, y.rate,
     y.bucket_size, y.tokens, y.tokens_at, y.dedup_window, y.retry_limit, y.age_limit,
-    y.min_backoff, y.max_backoff, y.max_doublings, y.retry_jitter, y.max_snoozes, y.key_concurrency, y.gated, y.is_paused, y.pull,
+    y.min_backoff, y.max_backoff, y.max_doublings, y.retry_jitter, y.max_snoozes, y.key_concurrency, y.key_rate, y.key_bucket_size, y.gated, y.is_paused, y.pull,
     y.input_format, y.description, y.created, y.updated
 FROM JSON_TABLE(%s, '$[*]' COLUMNS (id BIGINT PATH '$')) AS j
     STRAIGHT_JOIN atp_type AS y FORCE INDEX (PRIMARY) ON y.id = j.id
@@ -46,7 +46,7 @@ WHERE y.is_paused = 0 AND y.pull = 0 AND y.gated = 0;
 SELECT y.id, y.identifier, y.handler, y.timeout, y.max_restarts, y.retention,
     y.max_concurrency, y.max_input_bytes, y.max_response_bytes, y.max_queued, y.rate,
     y.bucket_size, y.tokens, y.tokens_at, y.dedup_window, y.retry_limit, y.age_limit,
-    y.min_backoff, y.max_backoff, y.max_doublings, y.retry_jitter, y.max_snoozes, y.key_concurrency, y.gated, y.is_paused, y.pull,
+    y.min_backoff, y.max_backoff, y.max_doublings, y.retry_jitter, y.max_snoozes, y.key_concurrency, y.key_rate, y.key_bucket_size, y.gated, y.is_paused, y.pull,
     y.input_format, y.description, y.created, y.updated
 FROM JSON_TABLE(%s, '$[*]' COLUMNS (id BIGINT PATH '$')) AS j
     STRAIGHT_JOIN atp_type AS y FORCE INDEX (PRIMARY) ON y.id = j.id
@@ -138,7 +138,8 @@ FROM atp_instance WHERE id = %s;
 SELECT id, identifier, handler, timeout, max_restarts, retention, max_concurrency,
     max_input_bytes, max_response_bytes, max_queued, rate, bucket_size, tokens, tokens_at,
     dedup_window, retry_limit, age_limit, min_backoff, max_backoff, max_doublings,
-    retry_jitter, max_snoozes, key_concurrency, gated, is_paused, pull, input_format, description, created, updated
+    retry_jitter, max_snoozes, key_concurrency, key_rate, key_bucket_size, gated,
+    is_paused, pull, input_format, description, created, updated
 FROM atp_type WHERE id = %s;
 
 -- name: inputs_of

@@ -165,7 +165,7 @@ SELECT meta.alive, meta.limited,
     ty.id, ty.identifier, ty.handler, ty.timeout, ty.max_restarts, ty.retention,
     ty.max_concurrency, ty.max_input_bytes, ty.max_response_bytes, ty.max_queued, ty.rate,
     ty.bucket_size, ty.tokens, ty.tokens_at, ty.dedup_window, ty.retry_limit, ty.age_limit,
-    ty.min_backoff, ty.max_backoff, ty.max_doublings, ty.retry_jitter, ty.max_snoozes, ty.key_concurrency, ty.gated, ty.is_paused, ty.pull,
+    ty.min_backoff, ty.max_backoff, ty.max_doublings, ty.retry_jitter, ty.max_snoozes, ty.key_concurrency, ty.key_rate, ty.key_bucket_size, ty.gated, ty.is_paused, ty.pull,
     ty.input_format, ty.description, ty.created, ty.updated,
     inp.instance_id, inp.input_format, inp.data
 FROM (
@@ -287,7 +287,7 @@ SELECT meta.alive, meta.limited,
     ty.id, ty.identifier, ty.handler, ty.timeout, ty.max_restarts, ty.retention,
     ty.max_concurrency, ty.max_input_bytes, ty.max_response_bytes, ty.max_queued, ty.rate,
     ty.bucket_size, ty.tokens, ty.tokens_at, ty.dedup_window, ty.retry_limit, ty.age_limit,
-    ty.min_backoff, ty.max_backoff, ty.max_doublings, ty.retry_jitter, ty.max_snoozes, ty.key_concurrency, ty.gated, ty.is_paused, ty.pull,
+    ty.min_backoff, ty.max_backoff, ty.max_doublings, ty.retry_jitter, ty.max_snoozes, ty.key_concurrency, ty.key_rate, ty.key_bucket_size, ty.gated, ty.is_paused, ty.pull,
     ty.input_format, ty.description, ty.created, ty.updated,
     inp.instance_id, inp.input_format, inp.data
 FROM (
@@ -461,7 +461,7 @@ SELECT meta.alive, meta.limited,
     ty.id, ty.identifier, ty.handler, ty.timeout, ty.max_restarts, ty.retention,
     ty.max_concurrency, ty.max_input_bytes, ty.max_response_bytes, ty.max_queued, ty.rate,
     ty.bucket_size, ty.tokens, ty.tokens_at, ty.dedup_window, ty.retry_limit, ty.age_limit,
-    ty.min_backoff, ty.max_backoff, ty.max_doublings, ty.retry_jitter, ty.max_snoozes, ty.key_concurrency, ty.gated, ty.is_paused, ty.pull,
+    ty.min_backoff, ty.max_backoff, ty.max_doublings, ty.retry_jitter, ty.max_snoozes, ty.key_concurrency, ty.key_rate, ty.key_bucket_size, ty.gated, ty.is_paused, ty.pull,
     ty.input_format, ty.description, ty.created, ty.updated,
     inp.instance_id, inp.input_format, inp.data
 FROM (
@@ -617,7 +617,7 @@ SELECT meta.alive, meta.limited,
     ty.id, ty.identifier, ty.handler, ty.timeout, ty.max_restarts, ty.retention,
     ty.max_concurrency, ty.max_input_bytes, ty.max_response_bytes, ty.max_queued, ty.rate,
     ty.bucket_size, ty.tokens, ty.tokens_at, ty.dedup_window, ty.retry_limit, ty.age_limit,
-    ty.min_backoff, ty.max_backoff, ty.max_doublings, ty.retry_jitter, ty.max_snoozes, ty.key_concurrency, ty.gated, ty.is_paused, ty.pull,
+    ty.min_backoff, ty.max_backoff, ty.max_doublings, ty.retry_jitter, ty.max_snoozes, ty.key_concurrency, ty.key_rate, ty.key_bucket_size, ty.gated, ty.is_paused, ty.pull,
     ty.input_format, ty.description, ty.created, ty.updated,
     inp.instance_id, inp.input_format, inp.data
 FROM (
@@ -678,7 +678,7 @@ SELECT s.id, s.type_id, s.identifier, s.named, s.status, s.priority, s.tag, s.at
     ty.id, ty.identifier, ty.handler, ty.timeout, ty.max_restarts, ty.retention,
     ty.max_concurrency, ty.max_input_bytes, ty.max_response_bytes, ty.max_queued, ty.rate,
     ty.bucket_size, ty.tokens, ty.tokens_at, ty.dedup_window, ty.retry_limit, ty.age_limit,
-    ty.min_backoff, ty.max_backoff, ty.max_doublings, ty.retry_jitter, ty.max_snoozes, ty.key_concurrency, ty.gated, ty.is_paused, ty.pull,
+    ty.min_backoff, ty.max_backoff, ty.max_doublings, ty.retry_jitter, ty.max_snoozes, ty.key_concurrency, ty.key_rate, ty.key_bucket_size, ty.gated, ty.is_paused, ty.pull,
     ty.input_format, ty.description, ty.created, ty.updated,
     inp.instance_id, inp.input_format, inp.data
 FROM started s JOIN atp_type ty ON ty.id = s.type_id JOIN atp_inputs inp ON inp.instance_id = s.id;

@@ -26,7 +26,8 @@ SELECT 1 FROM atp_daemon WHERE id = %s AND stopped IS NULL;
 SELECT id, identifier, handler, timeout, max_restarts, retention, max_concurrency,
     max_input_bytes, max_response_bytes, max_queued, rate, bucket_size, tokens, tokens_at,
     dedup_window, retry_limit, age_limit, min_backoff, max_backoff, max_doublings,
-    retry_jitter, max_snoozes, key_concurrency, gated, is_paused, pull, input_format, description, created, updated
+    retry_jitter, max_snoozes, key_concurrency, key_rate, key_bucket_size, gated,
+    is_paused, pull, input_format, description, created, updated
 FROM atp_type
 WHERE is_paused = 0 AND pull = 0 AND gated = 0 AND id IN (SELECT value FROM json_each(%s));
 
@@ -145,7 +146,8 @@ RETURNING id, type_id, identifier, named, status, priority, tag, attempt, restar
 SELECT id, identifier, handler, timeout, max_restarts, retention, max_concurrency,
     max_input_bytes, max_response_bytes, max_queued, rate, bucket_size, tokens, tokens_at,
     dedup_window, retry_limit, age_limit, min_backoff, max_backoff, max_doublings,
-    retry_jitter, max_snoozes, key_concurrency, gated, is_paused, pull, input_format, description, created, updated
+    retry_jitter, max_snoozes, key_concurrency, key_rate, key_bucket_size, gated,
+    is_paused, pull, input_format, description, created, updated
 FROM atp_type WHERE id = %s;
 
 -- name: inputs_of

@@ -229,6 +229,36 @@ def claim_gated(daemon, limit, type_ids, *, start=0, inputs=False):
         daemon, limit, type_ids, start, inputs, gated=True), one_statement=False)
 
 
+#: The most holders the task page names of each semaphore.
+HOLDERS_SHOWN = 10
+
+
+def describe_holds(pk):
+    """Return the semaphores task ``pk`` holds, for its page: each as ``{"name", "limit"
+    (None: no limit), "holders" (keys of the tasks holding a slot, at most
+    ``HOLDERS_SHOWN``), "taken" (how many), "full"}``, by name."""
+    semaphores = list(Semaphore.objects.filter(holds__instance_id=pk).select_related("type")
+                      .order_by("name"))
+    if not semaphores:
+        return []
+    holding = collections.defaultdict(list)
+    for task_pk, semaphore_id in (
+            Task.objects.filter(daemon__isnull=False,
+                                instance__holds__semaphore_id__in=[s.pk for s in semaphores])
+            .order_by("instance_id").values_list("instance_id", "instance__holds__semaphore_id")):
+        holding[semaphore_id].append(task_pk)
+    described = []
+    for semaphore in semaphores:
+        limit = semaphore.limit
+        if limit is None and semaphore.type is not None:
+            limit = semaphore.type.key_concurrency
+        taken = holding[semaphore.pk]
+        described.append({"name": semaphore.name, "limit": limit, "taken": len(taken),
+                          "holders": taken[:HOLDERS_SHOWN],
+                          "full": limit is not None and len(taken) >= limit})
+    return described
+
+
 def gated_types(type_ids):
     """Return the keys of the gated types among ``type_ids``, sorted."""
     return sorted(Type.objects.filter(pk__in=type_ids, gated=True).values_list("pk", flat=True))

@@ -14,6 +14,7 @@ from atp import audit, engine
 from atp.buttons import applies, delay
 from atp.converters import parse_task_id
 from atp.engine import batches
+from atp.engine.semaphores import describe_holds
 from atp.exceptions import InvalidTransition, TaskAlreadyExists, TaskNotFound
 from atp.http import is_inline_image, serve_response
 from atp.models import Batch, Instance, Response, Type
@@ -145,6 +146,7 @@ def task_detail(request, pk):
         "may_view_response": request.user.has_perm(VIEW_RESPONSE),
         "is_final": instance.is_terminal,
         "batch": batch_summary(instance.batch_id),
+        "semaphores": describe_holds(pk),
         "eta": eta,
         # The buttons live in the refreshed part: they grey as the state moves on.
         "buttons": _buttons(request.user, instance, eta),

@@ -87,6 +87,7 @@ def every_row(noop_type):
     atp.schedule("beat", "tests.noop", every=60, inputs={"n": 1})
     with atp.batch(handlers.multiply, name="nightly"):
         atp.enqueue("tests.noop", {})
+    atp.set_semaphore("gpu", 2)
 
 
 def outcome(client, url, parameters):

@@ -48,8 +48,9 @@ def _enqueue(count):
                 FROM generate_series(1, %s) AS n
                 RETURNING id, identifier, priority, created
             )
-            INSERT INTO atp_task (instance_id, type_id, identifier, priority, enqueued, not_before)
-            SELECT id, %s, identifier, priority, created, created FROM new
+            INSERT INTO atp_task (instance_id, type_id, identifier, priority, enqueued, not_before,
+                gated)
+            SELECT id, %s, identifier, priority, created, created, false FROM new
             """,
             [type_id, count, type_id],
         )

@@ -243,3 +243,20 @@ def test_a_failed_task_shows_its_error_in_the_list_and_its_json(staff, daemon):
     assert status["status"] == "FAILED" and "ValueError: disk <full>" in status["error"]
     running = TaskFactory(type=task.type, status=Status.RUNNING)
     assert staff.get(f"/atp/tasks/{running.pk}.json").json()["error"] is None
+
+
+def test_a_task_waiting_for_a_semaphore_says_which_and_who_holds_it(staff, noop_type, daemon):
+    from atp import engine
+
+    holder = atp.enqueue("tests.noop", hold=["account-42"])
+    waiting = atp.enqueue("tests.noop", hold=["account-42", "gpu"])
+    engine.dequeue(daemon)  # the holder: the mutex is taken
+    page = staff.get(f"/atp/tasks/{waiting.pk}/").content.decode()
+    shown = re.sub(r"<[^>]+>", "", re.search(
+        r'id="atp-task-semaphores"[^>]*>(.*?)</dd>', page, re.S).group(1))
+    assert shown == f"waiting for account-42, held by task #{holder.pk}; gpu: 0 of 1 taken"
+    assert f'href="/atp/tasks/{holder.pk}/"' in page
+    page = staff.get(f"/atp/tasks/{holder.pk}/").content.decode()
+    assert "account-42: 1 of 1 taken" in page
+    assert "atp-task-semaphores" not in staff.get(
+        f"/atp/tasks/{atp.enqueue('tests.noop').pk}/").content.decode()

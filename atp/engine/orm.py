@@ -241,7 +241,8 @@ def _take_gated(limit, limits):
             rows = rows.filter(after(*last))
         rows = read_runnable(rows, ("instance_id", "type_id", "gated", "priority", "not_before"),
                              GATED_CHUNK)
-        holds = gates.holds_of([pk for pk, _, is_gated, _, _ in rows if is_gated])
+        holds = gates.holds_of([pk for pk, _, is_gated, _, _ in rows if is_gated],
+                               lock_first=limit - len(taken))
         chosen = []
         for pk, type_id, is_gated, _, _ in rows:
             if len(taken) + len(chosen) == limit:

@@ -22,6 +22,10 @@ from django.db.models import (
 from django.db.models.functions import Now
 
 from atp.conf import conf
+from atp.db import database_now
+from atp.engine import semaphores
+from atp.engine.base import database
+from atp.engine.semaphores import gated_types
 from atp.models import Batch, Daemon, Instance, Schedule, Task, Type
 from atp.states import LIVE, TERMINAL, Status
 
@@ -187,22 +191,28 @@ class Queue:
     oldest_since: datetime.datetime
     pull: int
     held: int
+    #: Runnable tasks waiting for a semaphore's slot or a key's token, not for a worker
+    #: (not counted in ``runnable``).
+    held_back: int = 0
 
 
 def queue(waiting):
     """Return the ``Queue`` of ``waiting`` (as from ``waiting_by_type``)."""
     paused, pull = _held_types(list(waiting))
-    claimed = [figures for type_id, figures in waiting.items() if type_id not in paused | pull]
-    oldest = [figures.oldest_since for figures in claimed if figures.oldest_since]
+    claimed = {type_id: figures for type_id, figures in waiting.items()
+               if type_id not in paused | pull}
+    oldest = [figures.oldest_since for figures in claimed.values() if figures.oldest_since]
 
     def total(type_ids):
         return sum(waiting[type_id].runnable + waiting[type_id].delayed for type_id in type_ids)
 
+    gated = gated_types([type_id for type_id, figures in claimed.items() if figures.runnable])
+    held_back = semaphores.held_back(gated, database_now(database())) if gated else 0
     return Queue(
-        runnable=sum(figures.runnable for figures in claimed),
-        delayed=sum(figures.delayed for figures in claimed),
+        runnable=sum(figures.runnable for figures in claimed.values()) - held_back,
+        delayed=sum(figures.delayed for figures in claimed.values()),
         oldest_since=min(oldest) if oldest else None,
-        pull=total(pull - paused), held=total(paused),
+        pull=total(pull - paused), held=total(paused), held_back=held_back,
     )
 
 

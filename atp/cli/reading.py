@@ -38,6 +38,7 @@ def status():
         "pull_types": [t for t in types if t["pull"]],
         "waiting": {"runnable": waiting.runnable, "delayed": waiting.delayed,
                     "pull": waiting.pull, "held": waiting.held,
+                    "held_back": waiting.held_back,
                     "oldest_runnable_since": stamp(waiting.oldest_since),
                     "oldest_wait_seconds": seconds(oldest_wait)},
         "daemons": daemons,
@@ -72,8 +73,11 @@ def _status_lines(document, oldest_wait):
         lines += ["No task type is registered.", ""]
     waiting = document["waiting"]
     since = f" (the oldest for {format_duration(oldest_wait)})" if oldest_wait is not None else ""
+    held_back = (f", {waiting['held_back']} held back (semaphore or key's rate)"
+                 if waiting["held_back"] else "")
     lines += [f"Waiting: {waiting['runnable']} runnable{since}, {waiting['delayed']} delayed; "
-              f"{waiting['held']} held (type paused), {waiting['pull']} for pull consumers", ""]
+              f"{waiting['held']} held (type paused){held_back}, {waiting['pull']} for pull "
+              "consumers", ""]
     daemons = document["daemons"]
     lines.append(f"Live daemons: {len(daemons)}")
     if daemons:

@@ -266,6 +266,40 @@ def describe_holds(pk):
     return described
 
 
+def full_semaphores(now):
+    """Return the keys of the semaphores with no slot left at ``now``: as many holders as
+    their limit, or a key's bucket without a whole token. Read from the leased tasks
+    and the buckets spent, both few."""
+    held = holders(list(Hold.objects.filter(instance__task__daemon__isnull=False)
+                        .values_list("semaphore_id", flat=True).distinct()))
+    full = set()
+    for pk, limit, key_limit in Semaphore.objects.filter(pk__in=held).values_list(
+            "pk", "limit", "type__key_concurrency"):
+        limit = limit if limit is not None else key_limit
+        if limit is not None and held[pk] >= limit:
+            full.add(pk)
+    # A bucket left with a whole token by the last claim holds one still.
+    for pk, rate, size, tokens, tokens_at in Semaphore.objects.filter(
+            type__key_rate__isnull=False, tokens__lt=1).values_list(
+            "pk", "type__key_rate", "type__key_bucket_size", "tokens", "tokens_at"):
+        if tokens_now(rate, size, tokens, tokens_at, now) < 1:
+            full.add(pk)
+    full.update(Semaphore.objects.filter(limit=0).values_list("pk", flat=True))
+    return full
+
+
+def held_back(type_ids, now):
+    """Return how many runnable tasks of ``type_ids`` wait for a semaphore's slot (or a
+    key's token), not for a worker."""
+    full = full_semaphores(now)
+    if not full:
+        return 0
+    return (Task.objects.filter(type_id__in=type_ids, gated=True, daemon__isnull=True,
+                                paused_since__isnull=True, not_before__lte=now,
+                                instance__holds__semaphore_id__in=full)
+            .values("instance_id").distinct().count())
+
+
 def gated_types(type_ids):
     """Return the keys of the gated types among ``type_ids``, sorted."""
     return sorted(Type.objects.filter(pk__in=type_ids, gated=True).values_list("pk", flat=True))

@@ -87,7 +87,7 @@ def test_status_counts_live_tasks_per_type_and_state_with_delayed_and_pull_types
     # The paused type's tasks are held, the pull type's wait for a consumer: neither is
     # counted as waiting for a daemon (as the dashboard counts them).
     assert document["waiting"] | {"oldest_runnable_since": None, "oldest_wait_seconds": None} == {
-        "runnable": 0, "delayed": 0, "pull": 1, "held": 3,
+        "runnable": 0, "delayed": 0, "pull": 1, "held": 3, "held_back": 0,
         "oldest_runnable_since": None, "oldest_wait_seconds": None}
     atp.resume_type("tests.noop")
     document = atp_command("status")

@@ -260,3 +260,21 @@ def test_a_task_waiting_for_a_semaphore_says_which_and_who_holds_it(staff, noop_
     assert "account-42: 1 of 1 taken" in page
     assert "atp-task-semaphores" not in staff.get(
         f"/atp/tasks/{atp.enqueue('tests.noop').pk}/").content.decode()
+
+
+def test_the_dashboard_counts_tasks_held_back_by_a_semaphore_apart(staff, noop_type, daemon):
+    from atp import engine
+
+    atp.register_task_type("tests.api", "tests.handlers.noop", key_rate="1/m", key_bucket_size=1)
+    atp.enqueue("tests.noop", hold=["account-42"])
+    atp.enqueue("tests.noop", hold=["account-42"])  # waits for the mutex
+    atp.enqueue("tests.noop")  # waits for a worker
+    atp.enqueue_many("tests.api", [1, 2], key="token-1")  # one waits for the key's token
+    engine.dequeue(daemon, limit=5)
+    atp.enqueue("tests.noop")
+    page = staff.get("/atp/").content.decode()
+    held_back = re.search(r'id="atp-held-back"><div class="atp-value">(\d+)<', page).group(1)
+    assert held_back == "2"
+    runnable = re.search(r'<div class="atp-value">(\d+)</div><div class="atp-label">waiting to run',
+                         page).group(1)
+    assert runnable == "1"

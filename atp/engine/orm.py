@@ -254,10 +254,7 @@ def _take_gated(limit, limits):
             if type_id in free:
                 free[type_id] -= 1
             chosen.append((pk, type_id))
-        locked = {pk for (pk,) in read_runnable(
-            runnable_tasks(eligible, gated=True).filter(
-                instance_id__in=[pk for pk, _ in chosen]), ("instance_id",), len(chosen))
-        } if chosen else set()
+        locked = _lock_chosen([pk for pk, _ in chosen], eligible) if chosen else set()
         for pk, type_id in chosen:
             if pk in locked:
                 taken.append(pk)
@@ -273,6 +270,14 @@ def _take_gated(limit, limits):
         last = (priority, not_before, rows[-1][0])
     gates.spend()
     return taken, types, (buckets, now)
+
+
+def _lock_chosen(pks, type_ids):
+    """Lock the waiting rows ``pks`` still runnable, by their keys, skipping those another
+    claim holds; return the keys of those locked. Unordered: ordered in claim order, a
+    database would walk the claim index for them (``read_runnable``'s plan)."""
+    rows = runnable_tasks(type_ids, gated=True).filter(instance_id__in=pks).order_by()
+    return set(rows.values_list("instance_id", flat=True))
 
 
 def _claim_with_orm(daemon, limit, limits, gated=False):

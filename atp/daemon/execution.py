@@ -104,12 +104,12 @@ def execute(instance, attempt, handler_path, daemon="", *, resolved=None):
 
 def has_expired(task, held_for):
     """Return whether ``task``, claimed and not started (SCHEDULED: prefetched), expired
-    before its worker reached it, ``held_for`` seconds after the worker received it.
+    before its worker reached it, ``held_for`` seconds after its claim came back.
 
     Its time left is counted from its claim (``updated``, on the database clock, as its
-    ``expires`` is) on this host's steady clock, so no two clocks need agree; the few
-    milliseconds from the claim to the worker are not counted. A task the claim started
-    (RUNNING) started before it expired: the claim takes no expired task."""
+    ``expires`` is) on this host's steady clock, so no two clocks need agree; the
+    round trip of the claim is not counted. A task the claim started (RUNNING) started
+    before it expired: the claim takes no expired task."""
     if task.expires is None or task.status != Status.SCHEDULED:
         return False
     return held_for >= (task.expires - task.updated).total_seconds()

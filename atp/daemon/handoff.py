@@ -7,7 +7,11 @@ a worker's. The message carries each task's column values instead, each type onc
 the worker makes the same objects again from them (``atp.engine.sql.from_values``).
 
     ("run", alias, {type key: type values}, [(task values, inputs values or None,
-                                              attempt, handler, daemon), ...])
+                                              attempt, handler, daemon, claimed), ...])
+
+``claimed`` is when the supervisor had the task's claim back, on the lease clock (None:
+not known): a task waits in its worker's queue behind the one running, and its
+expiry counts from its claim (``atp.daemon.execution.has_expired``).
 
 A worker answers each task with the values of its ``Outcome`` (``done``), and both ends
 pickle their messages themselves (``send``): multiprocessing's own pickler copies its
@@ -121,7 +125,7 @@ def pack(tasks):
             types[task.type_id] = values_of(task.type)
         inputs = Instance.inputs.related.get_cached_value(task, None)
         items.append((values_of(task), None if inputs is None else values_of(inputs),
-                      attempt, handler, daemon))
+                      attempt, handler, daemon, getattr(task, "claimed_clock", None)))
     return ("run", alias, types, items)
 
 
@@ -131,9 +135,11 @@ def unpack(message):
     _, alias, types, items = message
     types = {pk: from_values(Type, alias, values) for pk, values in types.items()}
     tasks = []
-    for values, inputs, attempt, handler, daemon in items:
+    for values, inputs, attempt, handler, daemon, claimed in items:
         task = from_values(Instance, alias, values)
         attach(task, type=types[task.type_id],
                inputs=None if inputs is None else from_values(Inputs, alias, inputs))
+        if claimed is not None:
+            task.claimed_clock = claimed
         tasks.append((task, attempt, handler, daemon))
     return tasks

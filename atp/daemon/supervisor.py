@@ -125,6 +125,7 @@ class Supervisor:
         self.neighbours = Watch()
         self.batch_blocks = Watch()
         self.duties = Duties(self._duties(), log=logger)
+        self.gated_first = False  # whether the last claim took the gated types' tasks first
 
     def _duties(self):
         """Return the maintenance duties, in the order a round runs them (see
@@ -525,8 +526,10 @@ class Supervisor:
             self._keep(reports)
             raise
         reports.written()
+        claimed = clock()
         runnable, unknown = [], []
         for instance in instances:
+            instance.claimed_clock = claimed  # a prefetched task's expiry counts from it
             task_type = instance.type
             can_run = self.catalog.can_run(task_type.identifier, task_type.handler)
             (runnable if can_run else unknown).append(instance)
@@ -585,10 +588,13 @@ class Supervisor:
         type_ids = self.catalog.type_ids()
         limited = self.catalog.has_limits  # claim within limits at once
         gated = self.catalog.gated  # claimed apart, their semaphores counted
+        # The gated types' claim and the others' take turns at going first.
+        self.gated_first = gated_first = bool(gated) and not self.gated_first
 
         def claim():
             return engine.claim_for_daemon(self.daemon, limit, type_ids, start=start,
-                                           limited=limited, gated=gated)
+                                           limited=limited, gated=gated,
+                                           gated_first=gated_first)
 
         alone = [outcome for outcome in outcomes if outcome.alone]
         if alone:  # rare (hand-backs, failures that may be retried): each alone
@@ -599,7 +605,7 @@ class Supervisor:
         try:
             settled, instances = engine.settle_and_claim(
                 self.daemon, outcomes, limit, type_ids, start=start, limited=limited,
-                gated=gated)
+                gated=gated, gated_first=gated_first)
         except (DaemonStopped, *CONNECTION_ERRORS):
             raise
         except Exception:  # a value the database refuses: each end alone, then the claim

@@ -93,11 +93,13 @@ def worker_main(channel, lease_deadline, dropping, parent_pid, inherited_fds):
 
 
 def _run(task, attempt, handler, daemon, dropping, lease_deadline, received):
-    """Run one task, unless the daemon stops or lost its lease, or the task expired (it
-    came ``received``, on ``clock``); return the answer to send."""
+    """Run one task, unless the daemon stops or lost its lease, or the task expired (its
+    claim came back to the supervisor at ``task.claimed_clock``, or it came to this worker
+    ``received``, on ``clock``); return the answer to send."""
     if dropping.value or clock() > lease_deadline.value:
         return ("dropped", task.pk, attempt)
-    if has_expired(task, clock() - received):
+    claimed = getattr(task, "claimed_clock", None)
+    if has_expired(task, clock() - (received if claimed is None else claimed)):
         return handoff.done(task.pk, attempt, Outcome.expired(task.pk, attempt), time.monotonic())
     _running.set()
     try:

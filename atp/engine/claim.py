@@ -61,7 +61,8 @@ def dequeue(daemon, limit=1, *, types=None):
     return claimed + _claim_gated(daemon, limit - len(claimed), gated_types(list(limits)))
 
 
-def claim_for_daemon(daemon, limit, type_ids, *, start=0, limited=False, gated=()):
+def claim_for_daemon(daemon, limit, type_ids, *, start=0, limited=False, gated=(),
+                     gated_first=False):
     """Claim up to ``limit`` runnable tasks of the types ``type_ids`` for ``daemon``; return
     them in claim order, with their inputs.
 
@@ -73,16 +74,23 @@ def claim_for_daemon(daemon, limit, type_ids, *, start=0, limited=False, gated=(
     them was last seen with a concurrency limit (the PostgreSQL engine then claims
     within limits at once). ``gated``: the types among them whose tasks may hold
     semaphores, as last seen: claimed after the others, their semaphores counted
-    (``atp.engine.semaphores``; the engines' claims take none of their tasks). Raise
-    ``DaemonStopped``.
+    (``atp.engine.semaphores``; the engines' claims take none of their tasks), or before
+    them with ``gated_first`` (a daemon takes turns: neither claim starves the other).
+    Raise ``DaemonStopped``.
     """
     start = check_start(start)
-    claimed = _claim(daemon, limit, list(type_ids), start=start, inputs=True, limited=limited)
+    first = _claim_gated(daemon, limit, gated, start=start, inputs=True) if gated_first else []
+    start = max(0, start - len(first))
+    claimed = first + (_claim(daemon, limit - len(first), list(type_ids), start=start,
+                              inputs=True, limited=limited) if limit > len(first) else [])
+    if gated_first:
+        return claimed
     return claimed + _claim_gated(daemon, limit - len(claimed), gated,
                                   start=max(0, start - len(claimed)), inputs=True)
 
 
-def settle_and_claim(daemon, outcomes, limit, type_ids, *, start, limited=False, gated=()):
+def settle_and_claim(daemon, outcomes, limit, type_ids, *, start, limited=False, gated=(),
+                     gated_first=False):
     """Write ``outcomes`` (the ends and unwritten starts of attempts ``daemon``'s workers
     reported, see ``lifecycle.settle``) and claim up to ``limit`` tasks of ``type_ids``
     for its workers, starting the first ``start``, in one transaction (one statement on
@@ -92,10 +100,18 @@ def settle_and_claim(daemon, outcomes, limit, type_ids, *, start, limited=False,
     nothing was claimed then, and the outcomes may or may not have been written.
     """
     start = check_start(start)
+    outcomes = one_per_task(outcomes)
+    first = _claim_gated(daemon, limit, gated, start=start, inputs=True) if gated_first else []
+    start = max(0, start - len(first))
+    if limit <= len(first):
+        return engine().settle(daemon, outcomes), first
     settled, (instances, strays) = engine().settle_and_claim(
-        daemon, one_per_task(outcomes), limit, list(type_ids), start=start, limited=limited)
+        daemon, outcomes, limit - len(first), list(type_ids), start=start, limited=limited)
     if strays:
         _repair_strays(strays)
+    instances = first + instances
+    if gated_first:
+        return settled, instances
     return settled, instances + _claim_gated(daemon, limit - len(instances), gated,
                                              start=max(0, start - len(instances)), inputs=True)
 

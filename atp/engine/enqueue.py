@@ -312,11 +312,14 @@ def _replace(task_type, locked, inputs, schedule, expires):
     row = {"not_before": not_before}
     if expires is not None:
         row["expires"] = expires if isinstance(expires, datetime.datetime) else now + expires
-        if row["expires"] <= max(now, not_before):
-            raise InvalidParameter(
-                f"the task would expire ({row['expires'].isoformat(timespec='milliseconds')}) "
-                f"before it could start ({max(now, not_before).isoformat(timespec='milliseconds')})")
         Instance.objects.filter(pk=pk).update(expires=row["expires"])
+    # The expiry given, or the one it keeps, must still come after its new due time.
+    until = row.get("expires") or Task.objects.filter(instance_id=pk).values_list(
+        "expires", flat=True).get()
+    if until is not None and until <= max(now, not_before):
+        raise InvalidParameter(
+            f"the task would expire ({until.isoformat(timespec='milliseconds')}) before it "
+            f"could start ({max(now, not_before).isoformat(timespec='milliseconds')})")
     Task.objects.filter(instance_id=pk).update(**row)
     Inputs.objects.update_or_create(instance_id=pk, defaults={
         "input_format": task_type.input_format, "data": data})

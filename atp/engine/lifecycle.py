@@ -255,17 +255,21 @@ def expired(expires):
 @queue_write
 def expire_attempt(instance, *, attempt, daemon=None):
     """Cancel a task whose prefetched attempt ``attempt`` reached its worker after the
-    task's ``expires``, before it started: no attempt starts after it. Return the
-    attempt; raise ``InvalidTransition`` or ``AttemptSuperseded`` when the attempt is not
-    SCHEDULED under this lease any more (an operator or a reaper moved the task on)."""
+    task's ``expires``, and which the worker did not start: no attempt starts after it.
+    Return the attempt; raise ``InvalidTransition`` or ``AttemptSuperseded`` when the
+    attempt is not held under this lease any more (an operator or a reaper moved the
+    task on)."""
     pk = pk_of(instance)
     _lock_leased(pk, attempt)
     expires = Instance.objects.values_list("expires", flat=True).get(pk=pk)
     if expires is None:
         raise InvalidTransition(f"task #{pk} does not expire", target=Status.CANCELLED)
     _leave_queue(pk, attempt, Status.CANCELLED)
-    return move(pk, Status.CANCELLED, sources={Status.SCHEDULED}, attempt=attempt,
-                changes={"finished": Now()}, message=expired(expires), daemon=daemon)
+    # RUNNING too: its supervisor may have written its start (a task at the head of its
+    # worker's queue has started, as far as it can tell) before the worker said no.
+    return move(pk, Status.CANCELLED, sources={Status.SCHEDULED, Status.RUNNING},
+                attempt=attempt, changes={"finished": Now()}, message=expired(expires),
+                daemon=daemon)
 
 
 def _leave_queue(pk, attempt, target):

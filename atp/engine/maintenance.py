@@ -27,7 +27,8 @@ def expire_waiting(limit=EXPIRE_BATCH_SIZE):
     first, each saying so in its history; return how many. No claim takes them already
     (the claim's filter): this ends them. A task a claim took before it expired runs; a
     held (paused) task waits for its resume."""
-    pks = list(Task.objects.filter(expires__lte=Now(), daemon__isnull=True)
+    pks = list(Task.objects.filter(expires__lte=Now(), daemon__isnull=True,
+                                   paused_since__isnull=True)
                .order_by("expires").values_list("instance_id", flat=True)[:limit])
     return sum(_expire(pk) for pk in pks)
 

@@ -236,6 +236,19 @@ def claim_gated(daemon, limit, type_ids, *, start=0, inputs=False):
         daemon, limit, type_ids, start, inputs, gated=True), one_statement=False)
 
 
+def holds_of(pk, task_type):
+    """Return the ``hold`` and ``key`` that make a new task of ``task_type`` hold the
+    semaphores task ``pk`` holds (``run_again``), as ``enqueue``'s keywords."""
+    names = dict(Semaphore.objects.filter(holds__instance_id=pk).values_list("name", "type_id"))
+    if not names:
+        return {}
+    prefix = f"{task_type.identifier}["
+    keys = [name[len(prefix):-1] for name, type_id in names.items()
+            if type_id == task_type.pk and name.startswith(prefix)]
+    hold = sorted(name for name, type_id in names.items() if type_id is None)
+    return {"hold": hold or None, "key": keys[0] if keys else None}
+
+
 #: The most holders the task page names of each semaphore.
 HOLDERS_SHOWN = 10
 

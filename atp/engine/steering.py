@@ -26,9 +26,10 @@ from atp.engine.lifecycle import (
 )
 from atp.engine.locks import lock_task
 from atp.engine.notify import notify_runnable
+from atp.engine.semaphores import holds_of
 from atp.engine.transitions import move, refusal, write_history
 from atp.exceptions import InvalidTransition, NotDelayed, TaskAlreadyExists
-from atp.models import Daemon, Inputs, Instance, Task, Type
+from atp.models import Daemon, Hold, Inputs, Instance, Task, Type
 from atp.states import IN_FLIGHT, LIVE, TERMINAL, Status
 
 ENDED_FOR_RETRY = (Status.FAILED, Status.CANCELLED)
@@ -130,8 +131,9 @@ def run_again(instance, message="", *, by=None):
         raise InvalidTransition(
             f"task #{pk} is {locked.status}: only an ended task runs again",
             current=locked.status)
-    new = enqueue(Type.objects.get(pk=locked.type_id), None, priority=locked.priority,
-                  tag=locked.tag)
+    task_type = Type.objects.get(pk=locked.type_id)
+    new = enqueue(task_type, None, priority=locked.priority, tag=locked.tag,
+                  **holds_of(pk, task_type))
     # The inputs as they were stored: a signed pickle keeps its signature and is never
     # unpickled in the web process.
     stored = Inputs.objects.filter(pk=pk).values("input_format", "data").first()
@@ -172,21 +174,25 @@ def _retry_ended(locked, message, by):
     batch_id = Instance.objects.filter(pk=pk).values_list("batch_id", flat=True).get()
     if batch_id is not None and not hold_open(batch_id):
         message += f"; its batch #{batch_id} completed already and does not complete again"
+    # An operator's re-enqueue runs the task: its expiry, if it had one, is gone.
     attempt = move(
         pk, Status.ACCEPTED, sources=set(ENDED_FOR_RETRY),
         changes={"restarts": 0, "retries": 0, "snoozes": 0, "started": None,
-                 "finished": None},
+                 "finished": None, "expires": None},
         message=message, by=by,
     )
+    queue_row(pk).update(expires=None)
     if locked.is_leased:
         return attempt  # its daemon is still stopping the last worker; it lets go then
     if locked.has_row:
         release_lease(pk)  # a stray row (see atp.invariants) serves again
     else:
         try:
+            # It holds its semaphores still: claimed only with their slots.
             Task.objects.create(
                 instance_id=pk, type_id=locked.type_id, identifier=locked.identifier,
                 priority=locked.priority, tag=locked.tag, enqueued=Now(), not_before=Now(),
+                gated=Hold.objects.filter(instance_id=pk).exists(),
             )
         except IntegrityError:
             raise TaskAlreadyExists(

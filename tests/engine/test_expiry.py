@@ -218,3 +218,68 @@ def test_an_expiry_racing_a_claim_leaves_the_claimed_task_to_run(noop_type):
         assert second.waited, "the sweep did not meet the claim's lock: no race was run"
     assert Instance.objects.get(pk=task.pk).status == Status.SCHEDULED
     assert [str(v) for v in check_queue()] == []
+
+
+def test_the_sweep_is_not_stalled_by_held_tasks(noop_type, daemon, monkeypatch):
+    """Held (paused, off their daemon) tasks the sweep leaves alone must not fill its
+    batch for good (a review found it)."""
+    from atp.engine import maintenance
+
+    monkeypatch.setattr(maintenance, "EXPIRE_BATCH_SIZE", 2)
+    held = []
+    for _ in range(2):
+        task = atp.enqueue("tests.noop", expires=60, priority=1)
+        claimed = claim_exactly(task, daemon)
+        engine.start(claimed, attempt=claimed.attempt, daemon=daemon)
+        atp.pause(task)
+        engine.hand_back(task.pk, attempt=claimed.attempt, daemon=daemon)  # held
+        held.append(task)
+    waiting = atp.enqueue("tests.noop", expires=60)
+    for task in (*held, waiting):
+        expire_now(task)
+    assert maintenance.expire_waiting(limit=2) == 1
+    assert Instance.objects.get(pk=waiting.pk).status == Status.CANCELLED
+    assert {Instance.objects.get(pk=task.pk).status for task in held} == {Status.PAUSED}
+
+
+def test_an_operators_re_enqueue_of_an_expired_task_runs_it(noop_type, daemon):
+    task = atp.enqueue("tests.noop", expires=60)
+    expire_now(task)
+    assert engine.expire_waiting() == 1
+    atp.reenqueue(task)
+    assert (Instance.objects.get(pk=task.pk).expires, Task.objects.get(pk=task.pk).expires) == (
+        None, None)
+    assert [claimed.pk for claimed in atp.dequeue(daemon)] == [task.pk]
+
+
+def test_a_prefetched_task_started_by_its_supervisor_is_still_cancelled_as_expired(noop_type,
+                                                                                     daemon):
+    """The supervisor wrote its start (the head of the worker's queue) before the worker
+    said it expired: the expiry is written all the same (a review found it refused)."""
+    task = atp.enqueue("tests.noop", expires=30)
+    claimed = claim_exactly(task, daemon)
+    engine.start(claimed, attempt=claimed.attempt, daemon=daemon)
+    engine.expire_attempt(task.pk, attempt=claimed.attempt, daemon=daemon)
+    assert Instance.objects.get(pk=task.pk).status == Status.CANCELLED
+    assert not Task.objects.filter(pk=task.pk).exists()
+
+
+def test_a_prefetched_tasks_time_left_counts_from_its_claim_not_from_its_worker(noop_type,
+                                                                               daemon):
+    """A task queued behind a long one reaches its worker late: the worker counts from
+    the claim the supervisor stamped (a review found it counted from its own receipt)."""
+    import multiprocessing
+
+    from atp.daemon import handoff, worker
+    from atp.daemon.lease import clock
+
+    task = atp.enqueue("tests.noop", expires=30)
+    claimed = claim_exactly(task, daemon)
+    loaded = Instance.objects.select_related("type").get(pk=claimed.pk)
+    loaded.claimed_clock = clock() - 31  # claimed 31 s ago, behind a long task
+    [(received, *_)] = handoff.unpack(handoff.pack([(loaded, claimed.attempt,
+                                                      "tests.handlers.noop", "h")]))
+    dropping, deadline = multiprocessing.Value("b", 0), multiprocessing.Value("d", clock() + 60)
+    answer = worker._run(received, claimed.attempt, "tests.handlers.noop", "h", dropping,
+                         deadline, clock())  # it came to the worker just now
+    assert handoff.outcome_of(answer[3]).status == Status.CANCELLED

@@ -167,3 +167,13 @@ def test_a_claim_racing_a_replace_takes_the_task_with_its_new_inputs(noop_type):
     if not taken:
         [taken] = engine.claim_for_daemon(claimer, 1, [noop_type.pk], start=1)
         assert taken.inputs.load() == {"v": 2}
+
+
+def test_a_replace_moving_the_due_time_past_the_kept_expiry_is_refused(noop_type, row_counts):
+    first = atp.enqueue("tests.noop", {"v": 1}, identifier="sync-42", countdown=5, expires=60)
+    before = row_counts()
+    with pytest.raises(InvalidParameter, match="would expire"):
+        atp.enqueue("tests.noop", {"v": 2}, identifier="sync-42", countdown=120,
+                    on_conflict="replace")
+    assert inputs_of(first) == {"v": 1} and row_counts() == before
+    assert abs(due_in(first) - 5) < 0.1

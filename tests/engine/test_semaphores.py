@@ -246,3 +246,47 @@ def models_now():
     from atp.engine.base import database
 
     return database_now(database())
+
+
+def test_a_task_re_enqueued_by_an_operator_holds_its_semaphores_still(noop_type, daemon):
+    """A review found it claimed beside the mutex's holder: its new queue row was not
+    marked as holding semaphores."""
+    first = atp.enqueue("tests.noop", hold=["account-42"])
+    second = atp.enqueue("tests.noop", hold=["account-42"])
+    assert claimed_pks(daemon, limit=1) == [first.pk]
+    attempt = Instance.objects.get(pk=first.pk).attempt
+    engine.start(first.pk, attempt=attempt, daemon=daemon)
+    engine.fail(first.pk, "boom", attempt=attempt, daemon=daemon)
+    assert claimed_pks(daemon, limit=1) == [second.pk]
+    atp.reenqueue(first)
+    assert claimed_pks(daemon) == [], "a second holder of the mutex"
+    finish(second.pk, daemon)
+    assert claimed_pks(daemon) == [first.pk]
+
+
+def test_a_run_again_holds_the_same_semaphores(db, daemon):
+    atp.register_task_type("tests.sync", "tests.handlers.noop", key_concurrency=1)
+    ended = atp.enqueue("tests.sync", hold=["gpu"], key="account-1")
+    atp.cancel(ended)
+    again = atp.run_again(ended)
+    assert sorted(Semaphore.objects.filter(holds__instance_id=again.pk)
+                  .values_list("name", flat=True)) == ["gpu", "tests.sync[account-1]"]
+    assert Task.objects.get(pk=again.pk).gated
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_daemons_claims_take_turns_so_gated_tasks_are_not_starved(noop_type):
+    """Plain tasks of another type fill every claim; with gated_first the gated claim
+    goes first (a daemon takes turns), and a keyed task of priority 100 is claimed."""
+    daemon = engine.register_daemon()
+    plain_type = atp.register_task_type("tests.plain", "tests.handlers.noop")
+    atp.enqueue_many("tests.plain", [{}] * 5)
+    urgent = atp.enqueue("tests.noop", hold=["m"], priority=100)
+    types = [noop_type.pk, plain_type.pk]
+    taken = engine.claim_for_daemon(daemon, 2, types, gated=[noop_type.pk])
+    assert urgent.pk not in [task.pk for task in taken]
+    taken = engine.claim_for_daemon(daemon, 2, types, gated=[noop_type.pk], gated_first=True)
+    assert taken[0].pk == urgent.pk and len(taken) == 2
+    settled, taken = engine.settle_and_claim(daemon, [], 1, types, start=0,
+                                             gated=[noop_type.pk], gated_first=True)
+    assert (settled, [task.type_id for task in taken]) == (set(), [plain_type.pk])

@@ -28,6 +28,8 @@ TESTS = ["tests/engine", "tests/daemon/test_execution.py", "tests/test_states.py
          "tests/daemon/test_control.py::test_a_task_stuck_before_its_handler_starts_times_out_from_its_claim"]
 POSTGRES_URL = os.environ.get("ATP_TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test")
 MYSQL_URL = os.environ.get("ATP_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/test")
+#: The longest one run of the tests may take; a mutant's run that takes longer failed.
+RUN_TIMEOUT_SECONDS = 900
 DATABASES = ("sqlite", "postgres", "mysql", "orm")
 
 
@@ -313,10 +315,17 @@ def run_tests(root, database):
         env["ATP_TEST_DATABASE_URL"] = MYSQL_URL
     elif database == "orm":  # SQLite, on the ORM forms of the verbs
         env["ATP_TEST_ENGINE"] = "orm"
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *TESTS],
-        cwd=root, env=env, capture_output=True, text=True,
-    )
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *TESTS],
+            cwd=root, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_SECONDS,
+        )
+    except subprocess.TimeoutExpired:
+        # A mutant can make a test wait for a lock that is never let go: the suite did
+        # not pass (a run of the pristine copy takes a minute or two).
+        print(f"  (the tests on {database} ran past {RUN_TIMEOUT_SECONDS} s: stopped)",
+              flush=True)
+        return 1
     return result.returncode
 
 

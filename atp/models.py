@@ -575,7 +575,8 @@ class Semaphore(models.Model):
     attempt holds a lease (``atp.engine.semaphores``). A key's semaphore (``enqueue(...,
     key=...)``) belongs to its task type, whose ``key_concurrency`` is its limit."""
 
-    name = models.CharField(max_length=SEMAPHORE_NAME_MAX_LENGTH * 2, unique=True)
+    # A key's: "[<its type's key>]<the key>" (brackets are in no name a user gives).
+    name = models.CharField(max_length=255, unique=True)
     limit = models.PositiveIntegerField(
         null=True, blank=True,
         help_text="How many tasks may hold it at once; empty for a key's: its type's "
@@ -596,7 +597,14 @@ class Semaphore(models.Model):
         ordering = ["name"]
 
     def __str__(self):
-        return self.name
+        return self.label
+
+    @property
+    def label(self):
+        """The name an operator reads: a key's as ``<type>[<key>]``."""
+        if self.type_id is None:
+            return self.name
+        return f"{self.type.identifier}[{self.name.split(']', 1)[1]}]"
 
 
 class Hold(models.Model):

@@ -12,8 +12,8 @@ from atp.models import Semaphore
 
 @admin.register(Semaphore)
 class SemaphoreAdmin(ReadOnlyAdmin):
-    list_display = ["name", "limit_shown", "holders", "waiters", "type", "updated"]
-    fields = ["name", "limit_shown", "holders", "waiters", "type", "created", "updated"]
+    list_display = ["label", "limit_shown", "holders", "waiters", "type", "updated"]
+    fields = ["label", "limit_shown", "holders", "waiters", "type", "created", "updated"]
     readonly_fields = fields
     list_select_related = ["type"]
     search_fields = ["name"]
@@ -24,6 +24,10 @@ class SemaphoreAdmin(ReadOnlyAdmin):
         waiting = Q(holds__instance__task__isnull=False, holds__instance__task__daemon__isnull=True)
         return super().get_queryset(request).annotate(
             holders_count=Count("holds", filter=held), waiters_count=Count("holds", filter=waiting))
+
+    @admin.display(description="name", ordering="name")
+    def label(self, obj):
+        return obj.label
 
     @admin.display(description="limit")
     def limit_shown(self, obj):

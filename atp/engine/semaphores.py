@@ -56,9 +56,10 @@ def clean_semaphore_name(name):
 
 
 def key_semaphore_name(task_type, key):
-    """Return the name of the semaphore of ``key`` of ``task_type`` (no name given to
-    ``set_semaphore`` can be one: it has brackets)."""
-    return f"{task_type.identifier}[{key}]"
+    """Return the name of the semaphore of ``key`` of ``task_type``: ``[<type key>]<key>``
+    (no name given to ``set_semaphore`` can be one: it has brackets; ``Semaphore.label``
+    is the one shown)."""
+    return f"[{task_type.pk}]{key}"
 
 
 def clean_holds(hold, key, task_type):
@@ -242,8 +243,8 @@ def holds_of(pk, task_type):
     names = dict(Semaphore.objects.filter(holds__instance_id=pk).values_list("name", "type_id"))
     if not names:
         return {}
-    prefix = f"{task_type.identifier}["
-    keys = [name[len(prefix):-1] for name, type_id in names.items()
+    prefix = f"[{task_type.pk}]"
+    keys = [name[len(prefix):] for name, type_id in names.items()
             if type_id == task_type.pk and name.startswith(prefix)]
     hold = sorted(name for name, type_id in names.items() if type_id is None)
     return {"hold": hold or None, "key": keys[0] if keys else None}
@@ -273,7 +274,7 @@ def describe_holds(pk):
         if limit is None and semaphore.type is not None:
             limit = semaphore.type.key_concurrency
         taken = holding[semaphore.pk]
-        described.append({"name": semaphore.name, "limit": limit, "taken": len(taken),
+        described.append({"name": semaphore.label, "limit": limit, "taken": len(taken),
                           "holders": taken[:HOLDERS_SHOWN],
                           "full": limit is not None and len(taken) >= limit})
     return described

@@ -86,7 +86,7 @@ def test_the_semaphores_list_shows_each_limit_holders_and_waiters(log_in, daemon
     rows = [{field: re.sub(r"<[^>]+>", "", text).strip() for field, text in re.findall(
         r'<t[hd] class="field-(\w+)"[^>]*>(.*?)</t[hd]>', row, re.S)}
         for row in re.findall(r"<tr[^>]*>(.*?)</tr>", page, re.S)]
-    shown = {row["name"]: row for row in rows if "name" in row}
+    shown = {row["label"]: row for row in rows if "label" in row}
     assert (shown["gpu"]["limit_shown"], shown["gpu"]["holders"], shown["gpu"]["waiters"]) == (
         "3", "2", "1")
     key = shown["tests.sync[account-1]"]

@@ -76,9 +76,9 @@ def test_a_busy_semaphores_tasks_are_skipped_not_waited_on(db, daemon):
     busy = [atp.enqueue("tests.sync", key="account-1") for _ in range(30)]
     other = atp.enqueue("tests.sync", key="account-2")
     assert claimed_pks(daemon, limit=5) == [busy[0].pk, other.pk]
-    semaphore = Semaphore.objects.get(name="tests.sync[account-1]")
-    assert (semaphore.limit, semaphore.type_id) == (None, Type.objects.get(
-        identifier="tests.sync").pk)
+    semaphore = Semaphore.objects.get(type__identifier="tests.sync", holds__instance=busy[0])
+    assert (semaphore.limit, semaphore.label) == (None, "tests.sync[account-1]")
+    assert semaphore.name == f"[{semaphore.type_id}]account-1"
 
 
 def test_a_keys_limit_is_its_types_key_concurrency(db, daemon):
@@ -230,7 +230,7 @@ def test_a_keys_rate_is_a_token_bucket_per_key(db, daemon):
     # Half a second later each bucket holds one token again.
     Semaphore.objects.update(tokens_at=models_now() - datetime.timedelta(seconds=0.5))
     assert sorted(claimed_pks(daemon)) == sorted([calls["t1"][2].pk, calls["t2"][2].pk])
-    bucket = Semaphore.objects.get(name="tests.api[t1]")
+    bucket = next(s for s in Semaphore.objects.all() if s.label == "tests.api[t1]")
     assert bucket.tokens is not None and bucket.tokens < 1
 
 
@@ -269,8 +269,8 @@ def test_a_run_again_holds_the_same_semaphores(db, daemon):
     ended = atp.enqueue("tests.sync", hold=["gpu"], key="account-1")
     atp.cancel(ended)
     again = atp.run_again(ended)
-    assert sorted(Semaphore.objects.filter(holds__instance_id=again.pk)
-                  .values_list("name", flat=True)) == ["gpu", "tests.sync[account-1]"]
+    assert sorted(semaphore.label for semaphore in Semaphore.objects.filter(
+        holds__instance_id=again.pk)) == ["gpu", "tests.sync[account-1]"]
     assert Task.objects.get(pk=again.pk).gated
 
 

@@ -240,6 +240,10 @@ def _update_type(identifier, parameters):
 def unregister_task_type(identifier):
     """Delete task type ``identifier``; raise ``TaskTypeInUse`` while it has tasks or schedules."""
     task_type = find_type(identifier)
+    # Its row first: a daemon recording that it serves the type (serve_types locks it
+    # before it refers to it) waits, then finds it gone; or it committed before, and its
+    # reference is among those deleted here.
+    list(Type.objects.select_for_update().filter(pk=task_type.pk).values_list("pk"))
     count = Instance.objects.filter(type=task_type).count()
     if count:
         raise TaskTypeInUse(

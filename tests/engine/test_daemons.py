@@ -130,3 +130,25 @@ def test_a_type_deleted_after_the_catalog_was_read_is_left_out_of_what_a_daemon_
     engine.serve_types(daemon, [kept.pk, gone.pk])
     assert list(Daemon.objects.get(pk=daemon.pk).serves.values_list("pk", flat=True)) == [kept.pk]
     assert not Type.objects.filter(pk=gone.pk).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_type_unregistered_while_a_daemon_records_what_it_serves_is_not_refused_at_commit():
+    """The unregister has read which daemons serve the type; a daemon records that it
+    does, and commits; the unregister then deletes the type: its commit was refused by
+    the daemon's reference (``make test`` met it once). It locks the type first now: the
+    daemon waits, and then finds the type gone."""
+    import atp
+    from atp.models import Type
+    from tests.interleave import interleave
+
+    kept = atp.register_task_type("tests.kept", "tests.handlers.echo")
+    gone = atp.register_task_type("tests.gone", "tests.handlers.echo")
+    daemon = engine.register_daemon()
+    first, second = interleave(lambda: atp.unregister_task_type("tests.gone"),
+                               lambda: engine.serve_types(daemon, [kept.pk, gone.pk]),
+                               pause_after=r'atp_daemon_serves')
+    first.get()
+    second.get()
+    assert not Type.objects.filter(pk=gone.pk).exists()
+    assert list(Daemon.objects.get(pk=daemon.pk).serves.values_list("pk", flat=True)) == [kept.pk]

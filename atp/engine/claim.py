@@ -101,17 +101,15 @@ def settle_and_claim(daemon, outcomes, limit, type_ids, *, start, limited=False,
     """
     start = check_start(start)
     outcomes = one_per_task(outcomes)
-    first = _claim_gated(daemon, limit, gated, start=start, inputs=True) if gated_first else []
-    start = max(0, start - len(first))
-    if limit <= len(first):
-        return engine().settle(daemon, outcomes), first
+    if gated_first and gated:
+        # The ends first, on their own: the slots they free are the gated claim's to take.
+        settled = engine().settle(daemon, outcomes) if outcomes else set()
+        return settled, claim_for_daemon(daemon, limit, type_ids, start=start,
+                                         limited=limited, gated=gated, gated_first=True)
     settled, (instances, strays) = engine().settle_and_claim(
-        daemon, outcomes, limit - len(first), list(type_ids), start=start, limited=limited)
+        daemon, outcomes, limit, list(type_ids), start=start, limited=limited)
     if strays:
         _repair_strays(strays)
-    instances = first + instances
-    if gated_first:
-        return settled, instances
     return settled, instances + _claim_gated(daemon, limit - len(instances), gated,
                                              start=max(0, start - len(instances)), inputs=True)
 

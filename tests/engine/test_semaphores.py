@@ -290,3 +290,20 @@ def test_the_daemons_claims_take_turns_so_gated_tasks_are_not_starved(noop_type)
     settled, taken = engine.settle_and_claim(daemon, [], 1, types, start=0,
                                              gated=[noop_type.pk], gated_first=True)
     assert (settled, [task.type_id for task in taken]) == (set(), [plain_type.pk])
+
+
+def test_a_settle_and_claim_taking_gated_tasks_first_writes_the_ends_first(noop_type, daemon):
+    """The end it writes frees the mutex for the waiting task it then claims: claimed
+    before the end was written, it found the mutex held (a burst daemon then stopped
+    with tasks left, in make bench)."""
+    from atp.engine.outcomes import Outcome
+
+    running = atp.enqueue("tests.noop", hold=["m"])
+    waiting = atp.enqueue("tests.noop", hold=["m"])
+    [claimed] = engine.claim_for_daemon(daemon, 1, [noop_type.pk], start=1, gated=[noop_type.pk])
+    assert claimed.pk == running.pk
+    settled, taken = engine.settle_and_claim(
+        daemon, [Outcome.finished(running.pk, claimed.attempt, None)], 2, [noop_type.pk],
+        start=1, gated=[noop_type.pk], gated_first=True)
+    assert settled == {running.pk} and [task.pk for task in taken] == [waiting.pk]
+    assert Instance.objects.get(pk=running.pk).status == Status.FINISHED

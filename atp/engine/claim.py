@@ -44,9 +44,11 @@ def dequeue(daemon, limit=1, *, types=None):
 
     Tasks are taken by priority, then by how long they have been runnable, skipping
     paused types, types at their ``max_concurrency``, tasks whose ``eta`` has not
-    come, expired tasks (``expires``), held tasks, and types outside ``types`` (a list of identifiers) when given.
-    Each claimed task starts a new attempt leased to ``daemon``, and its time-out
-    clock starts. Raise ``InvalidParameter``, ``TaskTypeNotFound`` or ``DaemonStopped``.
+    come, expired tasks (``expires``), held tasks, tasks whose semaphores are full, and
+    types outside ``types`` (a list of identifiers) when given. The tasks of gated types
+    (``atp.engine.semaphores``) come after the others. Each claimed task starts a new
+    attempt leased to ``daemon``, and its time-out clock starts. Raise
+    ``InvalidParameter``, ``TaskTypeNotFound`` or ``DaemonStopped``.
     """
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise InvalidParameter(f"limit must be a positive integer, not {limit!r}")

@@ -136,7 +136,7 @@ class Type(models.Model):
     key_concurrency = models.PositiveIntegerField(
         null=True, blank=True,
         help_text="At most this many tasks of one key (enqueue(..., key=...)) in flight at "
-        "once; empty: keys are refused.",
+        "once; empty for no limit (a key needs this or a key_rate).",
     )
     key_rate = models.FloatField(
         null=True, blank=True,

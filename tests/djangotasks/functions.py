@@ -74,7 +74,11 @@ def fail_unless(path):
 def hang_on_first_attempt(context, pid_file):
     """On its first attempt, write the worker's pid to ``pid_file`` and hang."""
     if context.attempt == 1:
-        Path(pid_file).write_text(str(os.getpid()))
+        # Whole or not at all: the test reads it as soon as it exists (written in place,
+        # it once read it created and still empty).
+        partial = Path(f"{pid_file}.partial")
+        partial.write_text(str(os.getpid()))
+        partial.rename(pid_file)
         time.sleep(120)
     return context.attempt
 

@@ -1,5 +1,7 @@
 """Factories for the tests. Tasks are made through the API, as users make them."""
 
+import datetime
+
 import factory
 from factory.django import DjangoModelFactory
 
@@ -70,3 +72,17 @@ def snapshot(instance):
     row = Instance.objects.filter(pk=instance.pk).values().get()
     task = Task.objects.filter(pk=instance.pk).values().first()
     return row, task, LogRecord.objects.filter(instance_id=instance.pk).count()
+
+
+def running(instance, daemon):
+    """Claim ``instance`` for ``daemon`` and start it; return it as it now is."""
+    claimed = claim_exactly(instance, daemon)
+    engine.start(claimed, attempt=claimed.attempt, daemon=daemon)
+    return Instance.objects.get(pk=instance.pk)
+
+
+def come_due(instance):
+    """Make a task waiting for its time runnable: its not-before time moved before its
+    enqueue (nothing sleeps through a wait)."""
+    Task.objects.filter(pk=instance.pk).update(not_before=Task.objects.get(
+        pk=instance.pk).enqueued - datetime.timedelta(seconds=1))

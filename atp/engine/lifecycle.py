@@ -199,13 +199,20 @@ def fail_or_retry(instance, message="", *, attempt, daemon=None, countdown=None)
     if locked.status == Status.PAUSED:
         message = f"{message}\n{retry} when the task is resumed".strip()
         return hold(locked, attempt, message, daemon=daemon, spends_restart=False)
-    message = (f"{message}\n{retry} due at {due.isoformat(timespec='milliseconds')}, "
+    return _due_again(pk, attempt, due, wait, f"{message}\n{retry}", daemon)
+
+
+def _due_again(pk, attempt, due, wait, said, daemon):
+    """Put task ``pk`` back in the queue, its attempt ``attempt`` over, due at ``due`` (in
+    ``wait``); its history says ``said`` and when (a retry's, a snooze's). Return the
+    attempt."""
+    message = (f"{said} due at {due.isoformat(timespec='milliseconds')}, "
                f"in {wait.total_seconds():g} s").strip()
     release_lease(pk)
     queue_row(pk).update(not_before=due)
     attempt = move(pk, Status.ACCEPTED, sources=set(IN_FLIGHT), attempt=attempt,
                    changes={"started": None}, message=message, daemon=daemon)
-    # Every daemon looks again: one that is idle learns when the retry is due.
+    # Every daemon looks again: one that is idle learns when the task is due.
     notify_runnable()
     return attempt
 
@@ -234,17 +241,9 @@ def snooze(instance, seconds, message="", *, attempt, daemon=None):
     if locked.status == Status.PAUSED:
         message = f"{message}\nsnoozed ({counted}): it runs again once resumed".strip()
         return hold(locked, attempt, message, daemon=daemon, spends_restart=False)
-    now = database_now(database())
     wait = datetime.timedelta(seconds=seconds)
-    due = now + wait
-    message = (f"{message}\nsnoozed ({counted}): due at "
-               f"{due.isoformat(timespec='milliseconds')}, in {seconds:g} s").strip()
-    release_lease(pk)
-    queue_row(pk).update(not_before=due)
-    attempt = move(pk, Status.ACCEPTED, sources=set(IN_FLIGHT), attempt=attempt,
-                   changes={"started": None}, message=message, daemon=daemon)
-    notify_runnable()  # an idle daemon learns when it is due
-    return attempt
+    return _due_again(pk, attempt, database_now(database()) + wait, wait,
+                      f"{message}\nsnoozed ({counted}):", daemon)
 
 
 def expired(expires):

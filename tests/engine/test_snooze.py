@@ -14,20 +14,9 @@ from atp import engine
 from atp.exceptions import AttemptSuperseded, InvalidParameter, InvalidTransition
 from atp.models import Instance, LogRecord, Task
 from atp.states import Status
-from tests.factories import claim_exactly
+from tests.factories import claim_exactly, come_due, running
 
 S = datetime.timedelta(seconds=1)
-
-
-def running(instance, daemon):
-    claimed = claim_exactly(instance, daemon)
-    engine.start(claimed, attempt=claimed.attempt, daemon=daemon)
-    return Instance.objects.get(pk=instance.pk)
-
-
-def come_due(instance):
-    Task.objects.filter(pk=instance.pk).update(not_before=Task.objects.get(
-        pk=instance.pk).enqueued - S)
 
 
 def last_message(instance):

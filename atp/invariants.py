@@ -14,11 +14,11 @@ transient any more.
 from dataclasses import dataclass
 
 from django.db import connections, router, transaction
-from django.db.models import F, OuterRef, Q, Subquery
+from django.db.models import Exists, F, OuterRef, Q, Subquery
 from django.db.models.functions import Now
 
 from atp.engine.databases import database_of
-from atp.models import Instance, LogRecord, Task
+from atp.models import Hold, Instance, LogRecord, Task
 from atp.states import IN_FLIGHT, TERMINAL, Status
 
 #: The rules, by name, as ``docs/queue.md`` states them.
@@ -34,6 +34,8 @@ RULES = {
                        "or to a pull consumer until its lease's deadline",
     "queue-row-copies": "a queue row has its task's type, identifier and tag",
     "history-ends-in-state": "the latest state in a task's history is the task's state",
+    "gated-in-turn": "a queue row is gated exactly when its task holds a semaphore; a gated "
+                     "row has a turn, and its key is a semaphore its task holds",
 }
 
 
@@ -119,6 +121,19 @@ def _offenders(settled):
         rows.filter(Q(tag__isnull=True, instance__tag__isnull=False)
                     | Q(tag__isnull=False, instance__tag__isnull=True)
                     | (Q(tag__isnull=False) & ~Q(tag=F("instance__tag"))))
+        .values_list("pk", flat=True))
+
+    held = Hold.objects.filter(instance_id=OuterRef("pk"))
+    holding = rows.annotate(holds=Exists(held))
+    yield "gated-in-turn", "its queue row is not gated but its task holds a semaphore: a claim "\
+        "would take it without a slot", list(
+            holding.filter(gated=False, holds=True).values_list("pk", flat=True))
+    yield "gated-in-turn", "its queue row is gated but its task holds no semaphore", list(
+        holding.filter(gated=True, holds=False).values_list("pk", flat=True))
+    yield "gated-in-turn", "its gated queue row has no turn", list(
+        rows.filter(gated=True, turn__isnull=True).values_list("pk", flat=True))
+    yield "gated-in-turn", "its queue row's key is no semaphore its task holds", list(
+        rows.filter(key__isnull=False).exclude(Exists(held.filter(semaphore_id=OuterRef("key_id"))))
         .values_list("pk", flat=True))
 
     latest = LogRecord.objects.filter(instance=OuterRef("pk"), status__isnull=False)

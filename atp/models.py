@@ -49,6 +49,31 @@ class ConditionalIndexes:
         return [error for error in super().check(**kwargs) if error.id != "models.W037"]
 
 
+class WaitingIndex(models.Index):
+    """An index of the waiting rows of one kind: those for which ``lead`` (a boolean
+    field) is ``flag``. Where a database has partial indexes the condition says so, and
+    the index has only ``fields``; where it has none (MariaDB, MySQL: the condition is
+    ignored, see ``ConditionalIndexes``) ``lead`` comes first, so that a walk of the rows
+    of one kind (``lead = flag``, an equality) still reads those alone, in order."""
+
+    def __init__(self, *, lead, flag, fields, condition, **kwargs):
+        self.lead, self.flag = lead, flag
+        super().__init__(fields=fields, condition=condition & Q(**{lead: flag}), **kwargs)
+
+    def deconstruct(self):
+        path, args, kwargs = super().deconstruct()
+        kwargs["condition"] = Q(*[child for child in kwargs["condition"].children
+                                  if child != (self.lead, self.flag)])
+        return path, args, {**kwargs, "lead": self.lead, "flag": self.flag}
+
+    def create_sql(self, model, schema_editor, using="", **kwargs):
+        if schema_editor.connection.features.supports_partial_indexes:
+            return super().create_sql(model, schema_editor, using=using, **kwargs)
+        led = models.Index(fields=[self.lead, *self.fields], name=self.name,
+                           db_tablespace=self.db_tablespace, condition=self.condition)
+        return led.create_sql(model, schema_editor, using=using, **kwargs)
+
+
 class Type(models.Model):
     """A task type: its handler and the parameters every task of the type shares."""
 
@@ -520,6 +545,14 @@ class Task(ConditionalIndexes, models.Model):
     )
     # Whether the task holds semaphores (``Hold``): only the claim that counts them takes it.
     gated = models.BooleanField(default=False)
+    # A gated task's place in the fair order its claim takes (``atp.engine.semaphores``):
+    # its due time, or for a task with a key, a second after the last of its key's that
+    # waits (keys take turns). None for a task that holds no semaphore.
+    turn = models.DateTimeField(null=True, blank=True, editable=False)
+    # The semaphore of its key (``enqueue(..., key=...)``), where its turn is counted.
+    key = models.ForeignKey("Semaphore", on_delete=models.DO_NOTHING, null=True, blank=True,
+                            related_name="+", db_index=False, db_constraint=False,
+                            editable=False)
 
     class Meta:
         verbose_name = "queue entry"
@@ -531,10 +564,21 @@ class Task(ConditionalIndexes, models.Model):
         ]
         indexes = [
             # Claim order: higher priority first, then the longest runnable. Only
-            # waiting rows are in it, so it stays small however busy the queue.
-            models.Index(
-                fields=["-priority", "not_before", "instance"],
+            # waiting rows are in it, so it stays small however busy the queue; and no
+            # gated row, which the engines' claims never take.
+            WaitingIndex(
+                lead="gated", flag=False, fields=["-priority", "not_before", "instance"],
                 condition=Q(daemon__isnull=True), name="atp_task_claim_idx",
+            ),
+            # The gated rows' claim order: priority, then their turn (keys take turns).
+            WaitingIndex(
+                lead="gated", flag=True, fields=["-priority", "turn", "instance"],
+                condition=Q(daemon__isnull=True), name="atp_task_gated_idx",
+            ),
+            # The last turn of a key's waiting tasks: where its next task's turn is counted.
+            models.Index(
+                fields=["key", "turn"], condition=Q(daemon__isnull=True, key__isnull=False),
+                name="atp_task_key_idx",
             ),
             models.Index(
                 fields=["daemon"], condition=Q(daemon__isnull=False), name="atp_task_lease_idx"

@@ -180,7 +180,7 @@ GUARDS = [
           "if not locked.has_row or locked.is_leased or locked.status != Status.ACCEPTED:",
           "if not locked.has_row:", RACES),
     # Semaphores: a slot of each, counted from the leases; no engine's claim takes a gated
-    # type's task, nor a gated task.
+    # task; a key's tasks take turns.
     Guard("semaphores: a slot of each or none", "atp/engine/semaphores.py",
           "if any(self.left[pk] is not None and self.left[pk] < 1 for pk in semaphore_ids):",
           "if False:"),
@@ -188,13 +188,9 @@ GUARDS = [
           "Task.objects.filter(daemon__isnull=False, instance__holds__semaphore_id__in=",
           "Task.objects.filter(instance__holds__semaphore_id__in="),
     Guard("semaphores: a key's tokens spent", "atp/engine/orm.py", "    gates.spend()\n", ""),
-    Guard("claim: no gated type (hot)", PG, "AND NOT pull\n        AND NOT gated\n",
-          "AND NOT pull\n", HOT, 4),
     Guard("claim: no gated task (hot)", PG, ") AND NOT gated", ")", HOT, 6),
-    Guard("claim: no gated type (lite)", LITE_SQL, "AND gated = 0 AND id IN", "AND id IN", LITE),
     Guard("claim: no gated task (lite)", LITE_SQL, ") AND NOT gated", ")", LITE, 3),
-    Guard("claim: no gated type (my)", MY_SQL, "AND y.gated = 0", "", MY, 2),
-    Guard("claim: no gated task (my)", MY_SQL, ") AND NOT gated", ")", MY),
+    Guard("claim: no gated task (my)", MY_SQL, ") AND gated = 0", ")", MY),
     Guard("claim: no gated task", "atp/engine/claim.py",
           "        waiting = waiting.filter(gated=False)\n", "", ORM),
     Guard("replace: only a waiting task", "atp/engine/enqueue.py",

@@ -550,7 +550,8 @@ class Supervisor:
         if claimed_ago is None:
             return
         seconds = engine.next_due(self.catalog.type_ids(), self.config.poll_interval,
-                                  rates=self.catalog.has_rates, claimed_ago=claimed_ago)
+                                  rates=self.catalog.has_rates, claimed_ago=claimed_ago,
+                                  gated=self.catalog.gated)
         self.claims.due_in(seconds, time.monotonic())
 
     def _give_out(self, instances, slots=None):

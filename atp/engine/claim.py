@@ -27,8 +27,9 @@ from atp.engine.databases import database_of
 from atp.engine.engines import engine
 from atp.engine.locks import for_update, lock_task
 from atp.engine.outcomes import one_per_task
-from atp.engine.semaphores import claim_gated, gated_types
-from atp.engine.sql import CLAIM_INDEX, CLAIM_ORDER, check_start
+from atp.engine.semaphores import claim_gated, due_at, gated_types
+from atp.engine.semaphores import next_due as gated_next_due
+from atp.engine.sql import CLAIM_INDEX, CLAIM_ORDER, GATED_ORDER, check_start
 from atp.engine.transitions import move, write_history
 from atp.exceptions import InvalidParameter, TaskTypeNotFound
 from atp.models import Daemon, Instance, LogRecord, Task, Type
@@ -123,18 +124,23 @@ def _claim_gated(daemon, limit, gated, *, start=0, inputs=False):
     return claim_gated(daemon, limit, list(gated), start=start, inputs=inputs)
 
 
-def next_due(type_ids, within, *, rates=False, claimed_ago=0.0):
+def next_due(type_ids, within, *, rates=False, claimed_ago=0.0, gated=()):
     """Return in how many seconds the first task of ``type_ids`` waiting for its time
     (an ``eta``, a ``countdown``, a retry's backoff) becomes runnable, if it does within
     ``within`` seconds, else None: an idle daemon sleeps until then rather than until
     its next poll. Unleased, unpaused tasks only; paused types are left to the claim.
     With ``rates`` (a type among them has a ``rate``), also when the bucket of a type
     with runnable tasks that was empty at the daemon's last claim, ``claimed_ago``
-    seconds ago, holds a token again: 0 when it already does."""
+    seconds ago, holds a token again: 0 when it already does. With ``gated`` (the types
+    among them whose tasks may hold semaphores), their gated tasks too."""
     type_ids = list(type_ids)
     if not type_ids:
         return None
     due = engine().next_due(type_ids, within)
+    if gated:
+        first = gated_next_due(list(gated), within)
+        if first is not None:
+            due = first if due is None else min(due, first)
     if rates:
         token = _next_token(type_ids, claimed_ago)
         if token is not None and token < within:
@@ -195,22 +201,27 @@ def limits_of(types):
 
 def runnable_tasks(type_ids, *, gated=False, locked=True):
     """Return the queue rows a claim may take, in claim order, locked as it reads them
-    (skipping those locked already) unless not ``locked``: with ``gated``, those holding
-    semaphores too (``atp.engine.semaphores`` counts them)."""
+    (skipping those locked already) unless not ``locked``: the rows that hold no
+    semaphore, or with ``gated`` those that do, in their own order (``GATED_ORDER``:
+    ``atp.engine.semaphores`` counts their slots)."""
     waiting = Task.objects.filter(
         daemon__isnull=True, paused_since__isnull=True, not_before__lte=Now(),
         type_id__in=type_ids,
-    ).filter(Q(expires__isnull=True) | Q(expires__gt=Now())).order_by(*CLAIM_ORDER)
-    if not gated:
+    ).filter(Q(expires__isnull=True) | Q(expires__gt=Now()))
+    if gated:
+        waiting = waiting.filter(gated=True).order_by(*GATED_ORDER)
+    else:
         waiting = waiting.filter(gated=False)
+        waiting = waiting.order_by(*CLAIM_ORDER)
     if locked and connections[database()].features.has_select_for_update_skip_locked:
         waiting = waiting.select_for_update(skip_locked=True)
     return waiting
 
 
-def read_runnable(rows, fields, limit):
+def read_runnable(rows, fields, limit, *, index=CLAIM_INDEX):
     """Return ``fields`` of up to ``limit`` of the queue rows ``rows`` (``runnable_tasks``,
-    filtered further), read down the claim index in claim order and locked as read.
+    filtered further), read down the claim index (``index``: the gated rows') in claim
+    order and locked as read.
 
     The walk down the index is forced (``Database.force_claim_index``): with missing or
     stale statistics a planner would rather sort every waiting row, and a database that
@@ -218,18 +229,18 @@ def read_runnable(rows, fields, limit):
     """
     connection = connections[database()]
     with connection.cursor() as cursor:
-        sql, params = claim_index_statement(rows.values_list(*fields)[:limit], cursor)
+        sql, params = claim_index_statement(rows.values_list(*fields)[:limit], cursor, index)
         cursor.execute(sql, params)
         return cursor.fetchall()
 
 
-def claim_index_statement(rows, cursor):
+def claim_index_statement(rows, cursor, index=CLAIM_INDEX):
     """Return the SQL and parameters of the queryset ``rows`` of the queue table, made to
-    walk the claim index, to run on ``cursor`` in this transaction."""
+    walk ``index``, to run on ``cursor`` in this transaction."""
     connection = connections[database()]
     sql, params = rows.query.sql_with_params()
     table = connection.ops.quote_name(Task._meta.db_table)
-    return database_of(connection).force_claim_index(cursor, sql, table, CLAIM_INDEX), params
+    return database_of(connection).force_claim_index(cursor, sql, table, index), params
 
 
 def _claim(daemon, limit, type_ids, *, start=0, inputs=False, limited=False):
@@ -302,7 +313,7 @@ def repair_stray_row(pk):
                   "queue row")
     elif status in IN_FLIGHT:
         delay = datetime.timedelta(seconds=conf.DAEMON_TIMEOUT_SECONDS)
-        Task.objects.filter(instance_id=pk).update(not_before=Now() + delay)
+        Task.objects.filter(instance_id=pk).update(**due_at(Now() + delay))
         move(pk, Status.ACCEPTED, sources=set(IN_FLIGHT), changes={"started": None},
              message=f"the queue found this {status} task held by no daemon: back in the "
                      f"queue in {delay.total_seconds():g} s, once any worker still running "

@@ -27,7 +27,14 @@ from atp.engine.engines import engine
 from atp.engine.locks import for_update, lock_task
 from atp.engine.notify import notify_runnable
 from atp.engine.pull import clean_tag
-from atp.engine.semaphores import clean_holds, write_holds
+from atp.engine.semaphores import (
+    clean_holds,
+    due_at,
+    key_of,
+    make_semaphores,
+    turns,
+    write_holds,
+)
 from atp.engine.transitions import write_history
 from atp.engine.types import get_type
 from atp.exceptions import (
@@ -309,7 +316,7 @@ def _replace(task_type, locked, inputs, schedule, expires):
     data = _dump(inputs, task_type)
     now = database_now(database())
     not_before = schedule if isinstance(schedule, datetime.datetime) else now + schedule
-    row = {"not_before": not_before}
+    row = due_at(not_before)
     if expires is not None:
         row["expires"] = expires if isinstance(expires, datetime.datetime) else now + expires
         Instance.objects.filter(pk=pk).update(expires=row["expires"])
@@ -416,6 +423,11 @@ def insert_tasks(task_type, entries, priority, schedule, named=False, tag=None, 
             f"the task would expire ({expires.isoformat(timespec='milliseconds')}) before it "
             f"could start ({max(now, not_before).isoformat(timespec='milliseconds')})")
     _check_depth(task_type, len(entries))
+    key, turns_of = None, [None] * len(entries)
+    if holds is not None:
+        semaphores = make_semaphores(holds)
+        key = key_of(holds, semaphores)
+        turns_of = turns(key, not_before, len(entries))
     instances = Instance.objects.bulk_create(
         Instance(type=task_type, identifier=identifier, priority=priority, created=now,
                  updated=now, named=named, batch_id=current_batch_id(), tag=tag,
@@ -427,8 +439,8 @@ def insert_tasks(task_type, entries, priority, schedule, named=False, tag=None, 
         Task.objects.bulk_create(
             Task(instance=instance, type=task_type, identifier=instance.identifier,
                  priority=priority, enqueued=now, not_before=not_before, tag=tag,
-                 expires=expires, gated=holds is not None)
-            for instance in instances
+                 expires=expires, gated=holds is not None, turn=turn, key_id=key)
+            for instance, turn in zip(instances, turns_of, strict=True)
         )
     except IntegrityError:
         raise _duplicate(task_type, entries) from None
@@ -436,7 +448,7 @@ def insert_tasks(task_type, entries, priority, schedule, named=False, tag=None, 
         [instance] = instances
         _check_name_free(task_type, instance, now)
     if holds is not None:
-        write_holds(task_type, instances, holds)
+        write_holds(task_type, instances, holds, semaphores)
     Inputs.objects.bulk_create(
         (Inputs(instance=instance, input_format=task_type.input_format, data=data)
          for instance, (_, data) in zip(instances, entries, strict=True)),

@@ -27,6 +27,7 @@ from atp.engine.locks import lock_task
 from atp.engine.notify import notify_runnable
 from atp.engine.outcomes import one_per_task
 from atp.engine.records import store_encoded, store_response
+from atp.engine.semaphores import due_at
 from atp.engine.transitions import move, refusal, write_history
 from atp.exceptions import InvalidTransition, TaskNotFound
 from atp.models import Instance, LogRecord, Task, Type
@@ -209,7 +210,7 @@ def _due_again(pk, attempt, due, wait, said, daemon):
     message = (f"{said} due at {due.isoformat(timespec='milliseconds')}, "
                f"in {wait.total_seconds():g} s").strip()
     release_lease(pk)
-    queue_row(pk).update(not_before=due)
+    queue_row(pk).update(**due_at(due))
     attempt = move(pk, Status.ACCEPTED, sources=set(IN_FLIGHT), attempt=attempt,
                    changes={"started": None}, message=message, daemon=daemon)
     # Every daemon looks again: one that is idle learns when the task is due.

@@ -14,7 +14,7 @@ import datetime
 import math
 
 from django.db import connections
-from django.db.models import Count
+from django.db.models import Count, Q
 from django.db.models.functions import Now
 
 from atp.db import database_now
@@ -33,6 +33,7 @@ from atp.engine.lifecycle import finish_in_transaction, settle_each, start_attem
 from atp.engine.locks import for_update
 from atp.engine.pull import lease_in_transaction
 from atp.engine.semaphores import Gates, after
+from atp.engine.sql import GATED_INDEX
 from atp.exceptions import DaemonStopped
 from atp.models import Daemon, Instance, Task, Type
 from atp.rates import tokens_now
@@ -118,8 +119,8 @@ def claim_in_transaction(daemon, limit, type_ids, start, inputs, *, gated=False)
     ``type_ids`` whose tasks hold no semaphore, or with ``gated`` those whose tasks may,
     their semaphores counted (``atp.engine.semaphores``)."""
     _lock_daemon(daemon)
-    limits = limits_of(Type.objects.filter(pk__in=type_ids, is_paused=False, pull=False,
-                                           gated=gated))
+    types = Type.objects.filter(pk__in=type_ids, is_paused=False, pull=False)
+    limits = limits_of(types.filter(gated=True) if gated else types)
     if not limits:
         return []
     instances, strays = _claim_with_orm(daemon, limit, limits, gated)
@@ -225,13 +226,15 @@ def runnable_keys_statement(type_ids, taken, limit, cursor):
 
 
 def _take_gated(limit, limits):
-    """``_take`` for gated types: also take a slot of each semaphore a task holds, all or
-    none, skipping the tasks whose semaphores are full (``atp.engine.semaphores.Gates``).
+    """``_take`` for the gated rows (those holding semaphores): also take a slot of each
+    semaphore a task holds, all or none, skipping the tasks whose semaphores are full
+    (``atp.engine.semaphores.Gates``).
 
-    The waiting rows are read a chunk at a time in claim order, each chunk after the last
-    row of the one before, without locks: those chosen are then locked, skipping those
-    another claim holds (their slots go back). Read with their locks, the rows a claim
-    passes over would be held from other daemons' claims until it commits."""
+    The waiting rows are read a chunk at a time in their claim order (by turn: keys take
+    turns), each chunk after the last row of the one before, without locks: those chosen
+    are then locked, skipping those another claim holds (their slots go back). Read with
+    their locks, the rows a claim passes over would be held from other daemons' claims
+    until it commits."""
     free, buckets, now = _free_slots(limits)
     eligible = {type_id for type_id in limits if free.get(type_id, 1) > 0}
     gates, taken, types, last = Gates(), [], {}, None
@@ -239,22 +242,27 @@ def _take_gated(limit, limits):
         rows = runnable_tasks(eligible, gated=True, locked=False)
         if last is not None:
             rows = rows.filter(after(*last))
-        rows = read_runnable(rows, ("instance_id", "type_id", "gated", "priority", "not_before"),
-                             GATED_CHUNK)
-        holds = gates.holds_of([pk for pk, _, is_gated, _, _ in rows if is_gated],
-                               lock_first=limit - len(taken))
+        # The first chunk a few times the tasks wanted: most are taken, in turns.
+        chunk = GATED_CHUNK if last is not None else min(GATED_CHUNK, 16 + 2 * limit)
+        rows = read_runnable(rows, ("instance_id", "type_id", "priority", "turn"), chunk,
+                             index=GATED_INDEX)
+        holds = gates.holds_of([pk for pk, *_ in rows])
         chosen = []
-        for pk, type_id, is_gated, _, _ in rows:
-            if len(taken) + len(chosen) == limit:
+        for index, (pk, type_id, _, _) in enumerate(rows):
+            wanted = limit - len(taken) - len(chosen)
+            if not wanted:
                 break
             if type_id not in eligible or (type_id in free and free[type_id] <= 0):
                 continue  # its type filled up earlier in this round
-            if is_gated and not gates.admit(holds.get(pk, ())):
+            held = holds.get(pk, ())
+            if not gates.knows(held):  # those of the next tasks too, twice as many as wanted
+                gates.look_ahead(holds.get(pk, ()) for pk, *_ in rows[index:index + 2 * wanted])
+            if not gates.admit(held):
                 continue  # a semaphore it holds is full: skipped, not waited on
             if type_id in free:
                 free[type_id] -= 1
             chosen.append((pk, type_id))
-        locked = _lock_chosen([pk for pk, _ in chosen], eligible) if chosen else set()
+        locked = _lock_chosen([pk for pk, _ in chosen]) if chosen else set()
         for pk, type_id in chosen:
             if pk in locked:
                 taken.append(pk)
@@ -264,19 +272,26 @@ def _take_gated(limit, limits):
             if type_id in free:
                 free[type_id] += 1
         eligible = {type_id for type_id in eligible if free.get(type_id, 1) > 0}
-        if len(rows) < GATED_CHUNK:
+        if len(rows) < chunk:
             break
-        _, _, _, priority, not_before = rows[-1]
-        last = (priority, not_before, rows[-1][0])
+        _, _, priority, turn = rows[-1]
+        if turn is not None and turn.tzinfo is None:  # read raw: in the database's zone
+            turn = turn.replace(tzinfo=connections[database()].timezone)
+        last = (priority, turn, rows[-1][0])
     gates.spend()
     return taken, types, (buckets, now)
 
 
-def _lock_chosen(pks, type_ids):
-    """Lock the waiting rows ``pks`` still runnable, by their keys, skipping those another
-    claim holds; return the keys of those locked. Unordered: ordered in claim order, a
-    database would walk the claim index for them (``read_runnable``'s plan)."""
-    rows = runnable_tasks(type_ids, gated=True).filter(instance_id__in=pks).order_by()
+def _lock_chosen(pks):
+    """Lock the waiting rows ``pks`` still runnable, by their keys (their types are those
+    they were read of), skipping those another claim holds; return the keys of those
+    locked. Unordered: ordered in claim order, a database would walk the claim index for
+    them."""
+    rows = Task.objects.filter(
+        instance_id__in=pks, daemon__isnull=True, paused_since__isnull=True,
+        not_before__lte=Now()).filter(Q(expires__isnull=True) | Q(expires__gt=Now()))
+    if connections[database()].features.has_select_for_update_skip_locked:
+        rows = rows.select_for_update(skip_locked=True)
     return set(rows.values_list("instance_id", flat=True))
 
 

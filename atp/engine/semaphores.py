@@ -23,11 +23,12 @@ skips a task whose semaphores are full: tasks of a busy key do not hold up other
 """
 
 import collections
+import datetime
 import math
 import re
 
 from django.db import connections
-from django.db.models import Count, Q
+from django.db.models import Case, Count, DateTimeField, F, Q, Value, When
 
 from atp.db import database_now
 from atp.engine.base import database, queue_write
@@ -41,6 +42,9 @@ NAME = re.compile(r"[A-Za-z0-9_.:/-]+")
 HOLDS_MAX = 16
 #: The largest limit of a semaphore (0 closes it: no task holding it starts).
 LIMIT_MAX = 2**31 - 1
+#: How far apart the turns of a key's waiting tasks are (``turns``): a key with n tasks
+#: waiting gives way to those enqueued by other keys up to n seconds after them.
+TURN = datetime.timedelta(seconds=1)
 
 
 def _clean_name(name, what, most):
@@ -89,16 +93,66 @@ def clean_holds(hold, key, task_type):
     return holds
 
 
-def write_holds(task_type, instances, holds):
-    """Make each of ``instances`` (written, with their queue rows marked ``gated``) hold
-    ``holds`` (``clean_holds``'s), making the semaphores that do not exist yet (a mutex,
-    or a key's), and mark ``task_type`` gated: from now on ``claim_gated`` claims its
-    tasks. Run in the enqueue's transaction."""
+def make_semaphores(holds):
+    """Make the semaphores of ``holds`` (``clean_holds``'s) that do not exist yet (a mutex,
+    or a key's); return ``{name: key}`` of them all. Run in the enqueue's transaction."""
     Semaphore.objects.bulk_create(
         [Semaphore(name=name, limit=None if key_type else 1, type=key_type)
          for name, key_type in holds], ignore_conflicts=True)
-    ids = dict(Semaphore.objects.filter(name__in=[name for name, _ in holds])
-               .values_list("name", "pk"))
+    return dict(Semaphore.objects.filter(name__in=[name for name, _ in holds])
+                .values_list("name", "pk"))
+
+
+def key_of(holds, ids):
+    """Return the key of the semaphore of the key among ``holds`` (``ids``:
+    ``make_semaphores``'s), or None."""
+    return next((ids[name] for name, key_type in holds if key_type is not None), None)
+
+
+def turns(key, not_before, count):
+    """Return the turns of ``count`` new tasks due at ``not_before`` whose key's semaphore
+    is ``key`` (None: no key): where each goes in the gated rows' claim order
+    (``Task.turn``).
+
+    A task without a key takes its turn at its due time. A key's tasks take turns
+    ``TURN`` apart from its due time, or after the last turn of the key's waiting tasks
+    when that is later: a key with many waiting gives way to the tasks of other keys
+    enqueued meanwhile, which do not wait behind its backlog (start-time fair queueing,
+    with the clock for virtual time). The last turn is read from the key's waiting rows
+    (``atp_task_key_idx``): a key none of whose tasks waits starts again from now."""
+    if key is None:
+        return [not_before] * count
+    last = (Task.objects.filter(key_id=key, daemon__isnull=True).order_by("-turn")
+            .values_list("turn", flat=True).first())
+    first = not_before if last is None else max(not_before, last + TURN)
+    return [first + index * TURN for index in range(count)]
+
+
+def requeued(pk, task_type_id, now):
+    """Return the fields of a new queue row of task ``pk`` (of type ``task_type_id``) due
+    at ``now`` (an operator's re-enqueue): it still holds its semaphores, so it is gated,
+    with its key and its turn."""
+    held = list(Hold.objects.filter(instance_id=pk).values_list("semaphore_id",
+                                                                "semaphore__type_id"))
+    if not held:
+        return {"gated": False}
+    key = next((semaphore for semaphore, type_id in held if type_id == task_type_id), None)
+    return {"gated": True, "key_id": key, "turn": turns(key, now, 1)[0]}
+
+
+def due_at(due):
+    """Return the fields that make a waiting queue row due at ``due`` (a time, or an
+    expression of one): a gated row also takes its turn then (a retry, a snooze, a task
+    run now or back in the queue goes where a task enqueued then would)."""
+    if not hasattr(due, "resolve_expression"):
+        due = Value(due, output_field=DateTimeField())
+    return {"not_before": due, "turn": Case(When(gated=True, then=due), default=F("turn"))}
+
+
+def write_holds(task_type, instances, holds, ids):
+    """Make each of ``instances`` (written, with their queue rows marked ``gated``) hold
+    ``holds`` (``clean_holds``'s; ``ids``: ``make_semaphores``'s), and mark ``task_type``
+    gated: from now on ``claim_gated`` claims its tasks. Run in the enqueue's transaction."""
     Hold.objects.bulk_create(Hold(instance=instance, semaphore_id=ids[name])
                              for instance in instances for name, _ in holds)
     if not task_type.gated:
@@ -133,31 +187,38 @@ def holders(semaphore_ids):
 class Gates:
     """The semaphores one claim met, locked for it, and the slots each has left.
 
-    ``holds_of`` reads what the tasks read next hold; ``admit`` takes a slot of each
-    semaphore of a task, all of them or none, locking and counting those it meets for
-    the first time (only those of the tasks the claim weighs: a semaphore it locks is
-    full for the other daemons' claims until it commits)."""
+    ``holds_of`` reads what the tasks read next hold; ``look_ahead`` locks and counts the
+    semaphores of the next few; ``admit`` takes a slot of each semaphore of a task, all
+    of them or none, locking and counting those it meets for the first time. Only those
+    of the tasks the claim weighs are locked: a semaphore it locks is full for the other
+    daemons' claims until it commits."""
 
     def __init__(self):
         self.left = {}  # semaphore id -> slots left this round (None: no limit)
         # semaphore id -> (its key's bucket as of ``now``, slots taken of it this round)
         self.buckets = {}
+        self.per_key = {}  # a key's type -> (key_concurrency, key_rate, key_bucket_size)
         self.now = None
 
-    def holds_of(self, pks, *, lock_first=0):
-        """Return ``{key: [semaphore id]}`` of the tasks ``pks`` (in claim order), locking
-        and counting at once the semaphores of the first ``lock_first`` of them that hold
-        any: those a claim of that many tasks weighs first (one statement for them all,
-        rather than one a task)."""
+    def holds_of(self, pks):
+        """Return ``{key: [semaphore id]}`` of the tasks ``pks``."""
         held = collections.defaultdict(list)
         for pk, semaphore_id in Hold.objects.filter(instance_id__in=pks).values_list(
                 "instance_id", "semaphore_id"):
             held[pk].append(semaphore_id)
-        first = {semaphore_id for pk in [pk for pk in pks if pk in held][:lock_first]
-                 for semaphore_id in held[pk]} - self.left.keys()
-        if first:
-            self._lock(first)
         return held
+
+    def knows(self, semaphore_ids):
+        """Return whether each of ``semaphore_ids`` is locked and counted already."""
+        return all(pk in self.left for pk in semaphore_ids)
+
+    def look_ahead(self, holds):
+        """Lock and count at once the semaphores of ``holds`` (those of the tasks the claim
+        weighs next, each a list of semaphore ids) it has not met: one statement for them
+        all, rather than one a task (``admit`` locks those it meets alone)."""
+        met = {pk for ids in holds for pk in ids} - self.left.keys()
+        if met:
+            self._lock(met)
 
     def _lock(self, ids):
         features = connections[database()].features
@@ -168,9 +229,13 @@ class Gates:
                 skip_locked=features.has_select_for_update_skip_locked,
                 no_key=features.has_select_for_no_key_update)
         locked = list(rows.values_list("pk", "limit", "type_id", "tokens", "tokens_at"))
-        key_types = {type_id for _, limit, type_id, _, _ in locked if limit is None and type_id}
-        per_key = {pk: rest for pk, *rest in Type.objects.filter(pk__in=key_types).values_list(
-            "pk", "key_concurrency", "key_rate", "key_bucket_size")}
+        key_types = {type_id for _, limit, type_id, _, _ in locked
+                     if limit is None and type_id and type_id not in self.per_key}
+        if key_types:  # each type's once a claim
+            self.per_key.update((pk, rest) for pk, *rest in Type.objects.filter(
+                pk__in=key_types).values_list("pk", "key_concurrency", "key_rate",
+                                              "key_bucket_size"))
+        per_key = self.per_key
         held = holders([pk for pk, *_ in locked])
         for pk in ids:
             self.left[pk] = 0  # not locked: another claim holds it
@@ -218,11 +283,11 @@ class Gates:
                 Semaphore.objects.filter(pk=pk).update(tokens=bucket - taken, tokens_at=self.now)
 
 
-def after(priority, not_before, pk):
-    """Return the filter of the waiting rows after ``(priority, not_before, pk)`` in claim
-    order (``atp.engine.sql.CLAIM_ORDER``)."""
-    return (Q(priority__lt=priority) | Q(priority=priority, not_before__gt=not_before)
-            | Q(priority=priority, not_before=not_before, instance_id__gt=pk))
+def after(priority, turn, pk):
+    """Return the filter of the waiting gated rows after ``(priority, turn, pk)`` in their
+    claim order (``atp.engine.sql.GATED_ORDER``)."""
+    return (Q(priority__lt=priority) | Q(priority=priority, turn__gt=turn)
+            | Q(priority=priority, turn=turn, instance_id__gt=pk))
 
 
 def claim_gated(daemon, limit, type_ids, *, start=0, inputs=False):
@@ -235,6 +300,32 @@ def claim_gated(daemon, limit, type_ids, *, start=0, inputs=False):
 
     return engine().transaction(lambda: claim_in_transaction(
         daemon, limit, type_ids, start, inputs, gated=True), one_statement=False)
+
+
+def next_due(type_ids, within):
+    """Return in how many seconds the first gated task of ``type_ids`` waiting for its
+    time becomes runnable, if it does within ``within`` seconds, else None
+    (``atp.engine.claim.next_due`` for the gated tasks, which are not in the claim index).
+
+    Walked in their claim order, down each priority (one probe of the gated index a
+    priority): the first due of each is the one whose turn comes first. A key's task
+    due before a task of the same key with an earlier turn (one enqueued with a longer
+    countdown) is found at the daemon's next poll instead."""
+    now = database_now(database())
+    bound = now + datetime.timedelta(seconds=within)
+    waiting = Task.objects.filter(gated=True, daemon__isnull=True)
+    due = None
+    level = waiting.order_by("-priority").values_list("priority", flat=True).first()
+    while level is not None:
+        first = (waiting.filter(priority=level, turn__gt=now, turn__lt=bound,
+                                not_before__gt=now, paused_since__isnull=True,
+                                type_id__in=type_ids)
+                 .order_by("turn").values_list("not_before", flat=True).first())
+        if first is not None and (due is None or first < due):
+            due = first
+        level = (waiting.filter(priority__lt=level).order_by("-priority")
+                 .values_list("priority", flat=True).first())
+    return None if due is None else max(0.0, (due - now).total_seconds())
 
 
 def holds_of(pk, task_type):

@@ -16,6 +16,10 @@ CLAIM_INDEX = "atp_task_claim_idx"
 #: runnable longest, then the oldest. ``atp_task_claim_idx`` has these columns in this
 #: order (``Task.Meta.indexes``).
 CLAIM_ORDER = ("-priority", "not_before", "instance_id")
+#: The index of the waiting gated rows (those holding semaphores), in their claim order:
+#: highest priority first, then their turn (``Task.turn``: keys take turns), then the oldest.
+GATED_INDEX = "atp_task_gated_idx"
+GATED_ORDER = ("-priority", "turn", "instance_id")
 #: The same as an SQL clause.
 CLAIM_ORDER_SQL = "ORDER BY " + ", ".join(
     f"{name[1:]} DESC" if name.startswith("-") else name for name in CLAIM_ORDER)

@@ -13,7 +13,8 @@ from django.db import IntegrityError
 from django.db.models import F
 from django.db.models.functions import Now
 
-from atp.engine.base import pk_of, queue_write
+from atp.db import database_now
+from atp.engine.base import database, pk_of, queue_write
 from atp.engine.batches import hold_open
 from atp.engine.enqueue import enqueue
 from atp.engine.lifecycle import (
@@ -26,10 +27,10 @@ from atp.engine.lifecycle import (
 )
 from atp.engine.locks import lock_task
 from atp.engine.notify import notify_runnable
-from atp.engine.semaphores import holds_of
+from atp.engine.semaphores import due_at, holds_of, requeued
 from atp.engine.transitions import move, refusal, write_history
 from atp.exceptions import InvalidTransition, NotDelayed, TaskAlreadyExists
-from atp.models import Daemon, Hold, Inputs, Instance, Task, Type
+from atp.models import Daemon, Inputs, Instance, Task, Type
 from atp.states import IN_FLIGHT, LIVE, TERMINAL, Status
 
 ENDED_FOR_RETRY = (Status.FAILED, Status.CANCELLED)
@@ -159,7 +160,7 @@ def run_now(instance, message="", *, by=None):
             current=locked.status)
     waiting = queue_row(pk).filter(not_before__gt=Now())
     due = waiting.values_list("not_before", flat=True).first()
-    if due is None or not waiting.update(not_before=Now()):
+    if due is None or not waiting.update(**due_at(Now())):
         raise NotDelayed(f"task #{pk} is not delayed: it runs when a daemon is free",
                          current=locked.status)
     write_history(pk, None, locked.attempt,
@@ -187,12 +188,13 @@ def _retry_ended(locked, message, by):
     if locked.has_row:
         release_lease(pk)  # a stray row (see atp.invariants) serves again
     else:
+        now = database_now(database())
         try:
             # It holds its semaphores still: claimed only with their slots.
             Task.objects.create(
                 instance_id=pk, type_id=locked.type_id, identifier=locked.identifier,
-                priority=locked.priority, tag=locked.tag, enqueued=Now(), not_before=Now(),
-                gated=Hold.objects.filter(instance_id=pk).exists(),
+                priority=locked.priority, tag=locked.tag, enqueued=now, not_before=now,
+                **requeued(pk, locked.type_id, now),
             )
         except IntegrityError:
             raise TaskAlreadyExists(

@@ -8,6 +8,7 @@ from django.db import connection
 
 import atp
 from atp import engine
+from atp.engine.semaphores import claim_gated
 from atp.exceptions import InvalidParameter
 from atp.invariants import check_queue
 from atp.models import Hold, Instance, Semaphore, Task, Type
@@ -135,13 +136,13 @@ def test_the_daemons_claim_takes_ungated_and_gated_tasks_together(noop_type, dae
     assert all(task.inputs is not None for task in claimed)
 
 
-def test_an_engines_own_claim_takes_no_task_of_a_gated_type(noop_type, daemon):
+def test_an_engines_own_claim_takes_no_gated_task(noop_type, daemon):
     other = atp.register_task_type("tests.other", "tests.handlers.noop")
     atp.enqueue("tests.noop", hold=["m"])
-    atp.enqueue("tests.noop")  # of a gated type: claimed with its semaphores counted
+    free = atp.enqueue("tests.noop")  # of a gated type, holding nothing: any claim's
     elsewhere = atp.enqueue("tests.other")
     claimed = engine.claim_for_daemon(daemon, 5, [noop_type.pk, other.pk])
-    assert [task.pk for task in claimed] == [elsewhere.pk]
+    assert [task.pk for task in claimed] == [free.pk, elsewhere.pk]
 
 
 def test_holds_go_with_their_task_when_it_is_purged(noop_type, daemon):
@@ -196,7 +197,8 @@ def test_two_claims_racing_for_the_last_free_slot_take_it_once(noop_type):
     atp.dequeue(one)  # one slot of two taken
     last = [atp.enqueue("tests.noop", hold=["gpu"]) for _ in range(2)]
     plain = atp.enqueue("tests.noop")
-    first, second = interleave(lambda: atp.dequeue(one), lambda: atp.dequeue(two, limit=5),
+    first, second = interleave(lambda: claim_gated(one, 1, [noop_type.pk]),
+                               lambda: atp.dequeue(two, limit=5),
                                pause_after=r'INSERT INTO "atp_logrecord"')
     taken = [task.pk for task in first.get()] + [task.pk for task in second.get()]
     assert sorted(taken) == sorted([last[0].pk, plain.pk]), taken
@@ -307,3 +309,23 @@ def test_a_settle_and_claim_taking_gated_tasks_first_writes_the_ends_first(noop_
         start=1, gated=[noop_type.pk], gated_first=True)
     assert settled == {running.pk} and [task.pk for task in taken] == [waiting.pk]
     assert Instance.objects.get(pk=running.pk).status == Status.FINISHED
+
+
+def test_the_invariants_hold_of_gated_rows_and_catch_each_way_they_break(db, daemon):
+    atp.register_task_type("tests.sync", "tests.handlers.noop", key_concurrency=1)
+    keyed = atp.enqueue("tests.sync", key="k")
+    mutex = atp.enqueue("tests.sync", hold=["m"])
+    plain = atp.enqueue("tests.sync")
+    assert check_queue() == []
+    Task.objects.filter(pk=keyed.pk).update(gated=False)
+    Task.objects.filter(pk=plain.pk).update(gated=True, turn=None)
+    key = Semaphore.objects.get(name=f"[{keyed.type_id}]k")
+    Task.objects.filter(pk=mutex.pk).update(key=key)
+    found = sorted((violation.rule, violation.task, violation.detail[:30])
+                   for violation in check_queue())
+    assert found == sorted([
+        ("gated-in-turn", keyed.pk, "its queue row is not gated but"),
+        ("gated-in-turn", plain.pk, "its queue row is gated but its"),
+        ("gated-in-turn", plain.pk, "its gated queue row has no tur"),
+        ("gated-in-turn", mutex.pk, "its queue row's key is no sema"),
+    ]), found

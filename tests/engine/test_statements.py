@@ -254,6 +254,8 @@ def test_every_mysql_statement_is_explained_by_the_server_and_returns_model_rows
             params = dict.fromkeys(named) if named else [None] * sql.count("%s")
             if "limit" in named:
                 params["limit"] = 1
+            if name == "waiting":  # with NULLs its WHERE is impossible, on the index's `gated`
+                params.update(now="2026-01-01 00:00:00", types="[1]")
             cursor.execute(f"EXPLAIN {sql}", params)
             plan = {row[2]: row for row in cursor.fetchall()}  # by table
             if "JSON_TABLE" in sql:

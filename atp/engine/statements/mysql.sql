@@ -29,8 +29,7 @@ SELECT UTC_TIMESTAMP(6) FROM atp_daemon WHERE id = %s AND stopped IS NULL LOCK I
 
 -- name: claimable_types
 -- The types of the JSON array %s a claim may take: not paused, never a pull type (its
--- tasks are leased by consumers, atp.engine.pull), nor a gated one (its tasks may hold
--- semaphores: atp.engine.semaphores claims them).
+-- tasks are leased by consumers, atp.engine.pull).
 SELECT y.id, y.identifier, y.handler, y.timeout, y.max_restarts, y.retention,
     y.max_concurrency, y.max_input_bytes, y.max_response_bytes, y.max_queued, y.rate,
     y.bucket_size, y.tokens, y.tokens_at, y.dedup_window, y.retry_limit, y.age_limit,
@@ -38,7 +37,7 @@ SELECT y.id, y.identifier, y.handler, y.timeout, y.max_restarts, y.retention,
     y.input_format, y.description, y.created, y.updated
 FROM JSON_TABLE(%s, '$[*]' COLUMNS (id BIGINT PATH '$')) AS j
     STRAIGHT_JOIN atp_type AS y FORCE INDEX (PRIMARY) ON y.id = j.id
-WHERE y.is_paused = 0 AND y.pull = 0 AND y.gated = 0;
+WHERE y.is_paused = 0 AND y.pull = 0;
 
 -- name: lock_limited
 -- claimable_types of the limited types of %s (ascending), read again under their rows'
@@ -50,7 +49,7 @@ SELECT y.id, y.identifier, y.handler, y.timeout, y.max_restarts, y.retention,
     y.input_format, y.description, y.created, y.updated
 FROM JSON_TABLE(%s, '$[*]' COLUMNS (id BIGINT PATH '$')) AS j
     STRAIGHT_JOIN atp_type AS y FORCE INDEX (PRIMARY) ON y.id = j.id
-WHERE y.is_paused = 0 AND y.pull = 0 AND y.gated = 0
+WHERE y.is_paused = 0 AND y.pull = 0
 ORDER BY y.id FOR UPDATE;
 
 -- name: leases
@@ -68,7 +67,7 @@ GROUP BY type_id;
 -- its free slots).
 SELECT instance_id, type_id, priority, not_before FROM atp_task FORCE INDEX (atp_task_claim_idx)
 WHERE daemon_id IS NULL AND paused_since IS NULL AND not_before <= %(now)s
-    AND (expires IS NULL OR expires > %(now)s) AND NOT gated
+    AND (expires IS NULL OR expires > %(now)s) AND gated = 0
     AND JSON_CONTAINS(%(types)s, CAST(type_id AS CHAR))
 ORDER BY priority DESC, not_before, instance_id LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED;
@@ -239,9 +238,9 @@ VALUES (%(type_id)s, %(identifier)s, %(named)s, %(status)s, %(priority)s, %(tag)
 -- name: insert_task
 -- The queue row of a task enqueued alone.
 INSERT INTO atp_task (instance_id, type_id, identifier, priority, tag, enqueued, not_before,
-    daemon_id, claimed, deadline, paused_since, expires, gated)
+    daemon_id, claimed, deadline, paused_since, expires, gated, turn, key_id)
 VALUES (%(instance_id)s, %(type_id)s, %(identifier)s, %(priority)s, %(tag)s, %(enqueued)s,
-    %(not_before)s, NULL, NULL, NULL, NULL, NULL, FALSE);
+    %(not_before)s, NULL, NULL, NULL, NULL, NULL, FALSE, NULL, NULL);
 
 -- name: insert_input
 -- The inputs of a task enqueued alone.
@@ -251,9 +250,9 @@ VALUES (%(instance_id)s, %(input_format)s, %(data)s);
 -- name: insert_tasks
 -- The queue rows of the tasks %(rows)s (a JSON array of [key, identifier]).
 INSERT INTO atp_task (instance_id, type_id, identifier, priority, tag, enqueued, not_before,
-    daemon_id, claimed, deadline, paused_since, expires, gated)
+    daemon_id, claimed, deadline, paused_since, expires, gated, turn, key_id)
 SELECT j.id, %(type_id)s, j.identifier, %(priority)s, %(tag)s, %(enqueued)s, %(not_before)s,
-    NULL, NULL, NULL, NULL, NULL, FALSE
+    NULL, NULL, NULL, NULL, NULL, FALSE, NULL, NULL
 FROM JSON_TABLE(%(rows)s, '$[*]' COLUMNS (
     id BIGINT PATH '$[0]', identifier TEXT PATH '$[1]' ERROR ON ERROR)) AS j;
 

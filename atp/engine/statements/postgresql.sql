@@ -108,13 +108,12 @@ SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan'
 --
 -- This claim walks the claim index for all its types at once. When one of them has a
 -- concurrency limit or a rate (is_limited), it takes nothing and says so (``limited``),
--- and claim_within_limits serves. No claim of this engine takes a gated type, nor a
--- gated task: its tasks may hold semaphores, which atp.engine.semaphores counts.
+-- and claim_within_limits serves. No claim of this engine takes a gated task (one that
+-- holds semaphores, which atp.engine.semaphores counts): they are not in the claim index.
 WITH kinds AS (
     SELECT id, max_concurrency, rate, bucket_size, tokens, tokens_at,
         (max_concurrency IS NOT NULL OR rate IS NOT NULL) AS is_limited
     FROM atp_type WHERE id = ANY(%(types)b::bigint[]) AND NOT is_paused AND NOT pull
-        AND NOT gated
 ), alive AS (
     SELECT id FROM atp_daemon WHERE id = %(daemon)s AND stopped IS NULL FOR KEY SHARE
 ), limited AS (
@@ -199,7 +198,6 @@ WITH kinds AS (
     SELECT id, max_concurrency, rate, bucket_size, tokens, tokens_at,
         (max_concurrency IS NOT NULL OR rate IS NOT NULL) AS is_limited
     FROM atp_type WHERE id = ANY(%(types)b::bigint[]) AND NOT is_paused AND NOT pull
-        AND NOT gated
 ), alive AS (
     SELECT id FROM atp_daemon WHERE id = %(daemon)s AND stopped IS NULL FOR KEY SHARE
 ), limited AS (
@@ -410,7 +408,6 @@ WITH batch AS (
     SELECT id, max_concurrency, rate, bucket_size, tokens, tokens_at,
         (max_concurrency IS NOT NULL OR rate IS NOT NULL) AS is_limited
     FROM atp_type WHERE id = ANY(%(types)b::bigint[]) AND NOT is_paused AND NOT pull
-        AND NOT gated
 ), alive AS (
     SELECT id FROM atp_daemon WHERE id = %(daemon)s AND stopped IS NULL FOR KEY SHARE
 ), limited AS (
@@ -527,7 +524,6 @@ WITH batch AS (
     SELECT id, max_concurrency, rate, bucket_size, tokens, tokens_at,
         (max_concurrency IS NOT NULL OR rate IS NOT NULL) AS is_limited
     FROM atp_type WHERE id = ANY(%(types)b::bigint[]) AND NOT is_paused AND NOT pull
-        AND NOT gated
 ), alive AS (
     SELECT id FROM atp_daemon WHERE id = %(daemon)s AND stopped IS NULL FOR KEY SHARE
 ), limited AS (
@@ -639,17 +635,20 @@ ORDER BY l.priority DESC, l.not_before, l.id;
 -- when many tasks of other types, or paused ones, wait for a later time. The claim index
 -- is ordered by priority first: the statement walks its distinct priorities (a recursive
 -- skip scan, each step one index probe) and takes, within each, the first not_before to
--- come. Run under bound_claim_plan.
+-- come. Run under bound_claim_plan. The gated tasks are not in the claim index:
+-- atp.engine.semaphores.next_due looks for theirs.
 WITH RECURSIVE levels(priority) AS (
-    (SELECT priority FROM atp_task WHERE daemon_id IS NULL ORDER BY priority DESC LIMIT 1)
+    (SELECT priority FROM atp_task WHERE daemon_id IS NULL AND NOT gated
+     ORDER BY priority DESC LIMIT 1)
     UNION ALL
-    SELECT (SELECT t.priority FROM atp_task t WHERE t.daemon_id IS NULL AND t.priority < l.priority
+    SELECT (SELECT t.priority FROM atp_task t
+            WHERE t.daemon_id IS NULL AND NOT t.gated AND t.priority < l.priority
             ORDER BY t.priority DESC LIMIT 1)
     FROM levels l WHERE l.priority IS NOT NULL
 )
 SELECT EXTRACT(EPOCH FROM min((
     SELECT t.not_before FROM atp_task t
-    WHERE t.daemon_id IS NULL AND t.priority = l.priority
+    WHERE t.daemon_id IS NULL AND NOT t.gated AND t.priority = l.priority
         AND t.not_before > STATEMENT_TIMESTAMP()
         AND t.not_before < STATEMENT_TIMESTAMP() + make_interval(secs => %(within)s)
         AND t.paused_since IS NULL
@@ -765,10 +764,10 @@ WITH kind AS (
     RETURNING id, created
 ), queued AS (
     INSERT INTO atp_task (instance_id, type_id, identifier, priority, tag, enqueued, not_before,
-        daemon_id, claimed, deadline, paused_since, expires, gated)
+        daemon_id, claimed, deadline, paused_since, expires, gated, turn, key_id)
     SELECT new.id, %(type_id)s, %(identifier)s, %(priority)s, %(tag)s, new.created,
         COALESCE(%(not_before)s::timestamptz, new.created + %(delay)s::interval),
-        NULL, NULL, NULL, NULL, NULL, FALSE
+        NULL, NULL, NULL, NULL, NULL, FALSE, NULL, NULL
     FROM new
 ), stored AS (
     INSERT INTO atp_inputs (instance_id, input_format, data)
@@ -806,10 +805,10 @@ WITH kind AS (
     RETURNING id, identifier, created
 ), queued AS (
     INSERT INTO atp_task (instance_id, type_id, identifier, priority, tag, enqueued, not_before,
-        daemon_id, claimed, deadline, paused_since, expires, gated)
+        daemon_id, claimed, deadline, paused_since, expires, gated, turn, key_id)
     SELECT new.id, %(type_id)s, new.identifier, %(priority)s, %(tag)s, new.created,
         COALESCE(%(not_before)s::timestamptz, new.created + %(delay)s::interval),
-        NULL, NULL, NULL, NULL, NULL, FALSE
+        NULL, NULL, NULL, NULL, NULL, FALSE, NULL, NULL
     FROM new
 ), stored AS (
     INSERT INTO atp_inputs (instance_id, input_format, data)

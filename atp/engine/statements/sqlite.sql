@@ -21,15 +21,14 @@ SELECT 1 FROM atp_daemon WHERE id = %s AND stopped IS NULL;
 
 -- name: claimable_types
 -- The types of the JSON array %s a claim may take: not paused, never a pull type (its
--- tasks are leased by consumers, atp.engine.pull), nor a gated one (its tasks may hold
--- semaphores: atp.engine.semaphores claims them).
+-- tasks are leased by consumers, atp.engine.pull).
 SELECT id, identifier, handler, timeout, max_restarts, retention, max_concurrency,
     max_input_bytes, max_response_bytes, max_queued, rate, bucket_size, tokens, tokens_at,
     dedup_window, retry_limit, age_limit, min_backoff, max_backoff, max_doublings,
     retry_jitter, max_snoozes, key_concurrency, key_rate, key_bucket_size, gated,
     is_paused, pull, input_format, description, created, updated
 FROM atp_type
-WHERE is_paused = 0 AND pull = 0 AND gated = 0 AND id IN (SELECT value FROM json_each(%s));
+WHERE is_paused = 0 AND pull = 0 AND id IN (SELECT value FROM json_each(%s));
 
 -- name: leases
 -- The leases held of each type of the JSON array %s (its max_concurrency counts them).
@@ -119,15 +118,17 @@ UPDATE atp_type SET tokens = %s, tokens_at = %s WHERE id = %s;
 -- (a JSON array) after %(now)s and before %(bound)s, by a skip scan of the claim index.
 WITH RECURSIVE levels(priority) AS (
     SELECT * FROM (SELECT priority FROM atp_task INDEXED BY atp_task_claim_idx
-        WHERE daemon_id IS NULL ORDER BY priority DESC LIMIT 1)
+        WHERE daemon_id IS NULL AND NOT gated ORDER BY priority DESC LIMIT 1)
     UNION ALL
     SELECT (SELECT t.priority FROM atp_task t INDEXED BY atp_task_claim_idx
-            WHERE t.daemon_id IS NULL AND t.priority < l.priority ORDER BY t.priority DESC LIMIT 1)
+            WHERE t.daemon_id IS NULL AND NOT t.gated AND t.priority < l.priority
+            ORDER BY t.priority DESC LIMIT 1)
     FROM levels l WHERE l.priority IS NOT NULL
 )
 SELECT min((
     SELECT t.not_before FROM atp_task t INDEXED BY atp_task_claim_idx
-    WHERE t.daemon_id IS NULL AND t.priority = l.priority AND t.not_before > %(now)s
+    WHERE t.daemon_id IS NULL AND NOT t.gated AND t.priority = l.priority
+        AND t.not_before > %(now)s
         AND t.not_before < %(bound)s AND t.paused_since IS NULL
         AND t.type_id IN (SELECT value FROM json_each(%(types)s))
     ORDER BY t.not_before LIMIT 1))
@@ -224,9 +225,9 @@ RETURNING id, identifier;
 -- name: insert_tasks
 -- The queue rows of the tasks %(rows)s (a JSON array of [key, identifier]).
 INSERT INTO atp_task (instance_id, type_id, identifier, priority, tag, enqueued, not_before,
-    daemon_id, claimed, deadline, paused_since, expires, gated)
+    daemon_id, claimed, deadline, paused_since, expires, gated, turn, key_id)
 SELECT json_extract(value, '$[0]'), %(type_id)s, json_extract(value, '$[1]'), %(priority)s,
-    %(tag)s, %(enqueued)s, %(not_before)s, NULL, NULL, NULL, NULL, NULL, FALSE
+    %(tag)s, %(enqueued)s, %(not_before)s, NULL, NULL, NULL, NULL, NULL, FALSE, NULL, NULL
 FROM json_each(%(rows)s);
 
 -- name: insert_inputs

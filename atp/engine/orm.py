@@ -256,7 +256,8 @@ def _take_gated(limit, limits):
                 continue  # its type filled up earlier in this round
             held = holds.get(pk, ())
             if not gates.knows(held):  # those of the next tasks too, twice as many as wanted
-                gates.look_ahead(holds.get(pk, ()) for pk, *_ in rows[index:index + 2 * wanted])
+                gates.look_ahead(holds.get(ahead, ())
+                                 for ahead, *_ in rows[index:index + 2 * wanted])
             if not gates.admit(held):
                 continue  # a semaphore it holds is full: skipped, not waited on
             if type_id in free:

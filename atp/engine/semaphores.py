@@ -95,7 +95,8 @@ def clean_holds(hold, key, task_type):
 
 def make_semaphores(holds):
     """Make the semaphores of ``holds`` (``clean_holds``'s) that do not exist yet (a mutex,
-    or a key's); return ``{name: key}`` of them all. Run in the enqueue's transaction."""
+    or a key's); return ``{name: primary key}`` of them all. Run in the enqueue's
+    transaction."""
     Semaphore.objects.bulk_create(
         [Semaphore(name=name, limit=None if key_type else 1, type=key_type)
          for name, key_type in holds], ignore_conflicts=True)
@@ -104,7 +105,7 @@ def make_semaphores(holds):
 
 
 def key_of(holds, ids):
-    """Return the key of the semaphore of the key among ``holds`` (``ids``:
+    """Return the primary key of the semaphore of the task's key among ``holds`` (``ids``:
     ``make_semaphores``'s), or None."""
     return next((ids[name] for name, key_type in holds if key_type is not None), None)
 

@@ -132,6 +132,18 @@ class Engine(abc.ABC):
         """Return in how many seconds the first waiting task of ``type_ids`` (unleased,
         unpaused) becomes runnable, if within ``within`` seconds; else None."""
 
+    def lease_keys(self, daemon, pks, type_ids, *, start=0, inputs=False):
+        """In a claim's transaction that chose the waiting rows ``pks`` (of the types
+        ``type_ids``) and locked them, its daemon's row locked too (the gated claim,
+        ``atp.engine.semaphores``): lease them to ``daemon`` as a claim does, starting the
+        first ``start``; return ``(instances in the order of pks, with their inputs when
+        ``inputs``; keys of the stray rows)``. The portable form here
+        (``atp.engine.orm.lease_chosen``); an engine with statements of its own for it
+        overrides it."""
+        from atp.engine.orm import lease_chosen
+
+        return lease_chosen(daemon, pks, start, inputs)
+
 
 #: The verbs every engine implements.
 VERBS = tuple(sorted(Engine.__abstractmethods__))

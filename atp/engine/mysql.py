@@ -169,37 +169,58 @@ def claim(daemon, limit, type_ids, start=0, inputs=False, *, now=None):
         if not picked:
             return [], []
         keys = [pk for pk, _ in picked]
-        cursor.execute(SQL["lock_instances"], [_listed(sorted(keys))])
-        found = by_key(builder(Instance), cursor.fetchall())
-        claimed = [found[pk] for pk in keys if pk in found and found[pk].status in CLAIMABLE]
-        strays = [pk for pk in keys if pk not in found or found[pk].status not in CLAIMABLE]
-        if not claimed:
-            return [], strays
-        cursor.execute(SQL["schedule"], {"daemon": daemon.pk, "now": now, "rows": _listed(
-            [instance.pk, int(index < start), types[instance.type_id].timeout // ONE_MICROSECOND]
-            for index, instance in enumerate(claimed))})
-        label = daemon_label(daemon)
-        entries = []
-        for index, instance in enumerate(claimed):
-            attach(instance, type=types[instance.type_id])
-            instance.attempt += 1
-            instance.daemon_id = daemon.pk
-            instance.updated = moment
-            instance.status = Status.RUNNING if index < start else Status.SCHEDULED
-            entries.append((instance.pk, now, Status.SCHEDULED, instance.attempt, "", label, ""))
-            if instance.status == Status.RUNNING:
-                instance.started = moment
-                entries.append((instance.pk, now, Status.RUNNING, instance.attempt, "", label, ""))
-        cursor.executemany(SQL["log_row"], entries)
-        if inputs:
-            cursor.execute(SQL["inputs_of_claimed"], [_listed(instance.pk for instance in claimed)])
-            loaded = {row.instance_id: row for row in map(_inputs, cursor.fetchall())}
-            for instance in claimed:
-                attach(instance, inputs=loaded[instance.pk])
+        claimed, strays = _lease(cursor, daemon, keys, types, now, start, inputs)
         if buckets:
             spent = collections.Counter(instance.type_id for instance in claimed)
             cursor.executemany(SQL["spend"], [(tokens - spent[pk], now, pk)
                                               for pk, tokens in buckets.items() if spent[pk]])
+    return claimed, strays
+
+
+def lease_keys(daemon, keys, type_ids, start=0, inputs=False):
+    """Lease and schedule the waiting tasks ``keys`` (of the types ``type_ids``), their queue
+    rows locked in this transaction by the claim that chose them (the gated claim:
+    ``atp.engine.semaphores``); start the first ``start``; return ``(instances in the
+    order of keys, strays)``."""
+    with connections[database()].cursor() as cursor:
+        types = _types(cursor, type_ids)
+        return _lease(cursor, daemon, keys, types, _now(cursor), check_start(start), inputs)
+
+
+def _lease(cursor, daemon, keys, types, now, start, inputs):
+    """Lease the waiting tasks ``keys`` (of ``types``: ``{id: Type}``; their queue rows
+    locked) to ``daemon`` at ``now`` (the database's time), starting the first ``start``;
+    return ``(instances in the order of keys, the keys of those not claimable: strays)``."""
+    moment = _aware(now)
+    cursor.execute(SQL["lock_instances"], [_listed(sorted(keys))])
+    found = by_key(builder(Instance), cursor.fetchall())
+    claimed = [found[pk] for pk in keys if pk in found and found[pk].status in CLAIMABLE]
+    strays = [pk for pk in keys if pk not in found or found[pk].status not in CLAIMABLE]
+    # A type paused since the gated claim read it (``lease_keys``): its task waits on.
+    claimed = [instance for instance in claimed if instance.type_id in types]
+    if not claimed:
+        return [], strays
+    cursor.execute(SQL["schedule"], {"daemon": daemon.pk, "now": now, "rows": _listed(
+        [instance.pk, int(index < start), types[instance.type_id].timeout // ONE_MICROSECOND]
+        for index, instance in enumerate(claimed))})
+    label = daemon_label(daemon)
+    entries = []
+    for index, instance in enumerate(claimed):
+        attach(instance, type=types[instance.type_id])
+        instance.attempt += 1
+        instance.daemon_id = daemon.pk
+        instance.updated = moment
+        instance.status = Status.RUNNING if index < start else Status.SCHEDULED
+        entries.append((instance.pk, now, Status.SCHEDULED, instance.attempt, "", label, ""))
+        if instance.status == Status.RUNNING:
+            instance.started = moment
+            entries.append((instance.pk, now, Status.RUNNING, instance.attempt, "", label, ""))
+    cursor.executemany(SQL["log_row"], entries)
+    if inputs:
+        cursor.execute(SQL["inputs_of_claimed"], [_listed(instance.pk for instance in claimed)])
+        loaded = {row.instance_id: row for row in map(_inputs, cursor.fetchall())}
+        for instance in claimed:
+            attach(instance, inputs=loaded[instance.pk])
     return claimed, strays
 
 

@@ -116,16 +116,36 @@ class OrmEngine(Engine):
 def claim_in_transaction(daemon, limit, type_ids, start, inputs, *, gated=False):
     """Lock the daemon's row, then claim, counting limited types' leases; start the
     first ``start``; repair the stray rows met (in this transaction). The types of
-    ``type_ids`` whose tasks hold no semaphore, or with ``gated`` those whose tasks may,
-    their semaphores counted (``atp.engine.semaphores``)."""
+    ``type_ids``' tasks that hold no semaphore, or with ``gated`` the gated types' tasks
+    that do, their semaphores counted (``atp.engine.semaphores``): those are leased by
+    the current engine (``Engine.lease_keys``)."""
     _lock_daemon(daemon)
     types = Type.objects.filter(pk__in=type_ids, is_paused=False, pull=False)
     limits = limits_of(types.filter(gated=True) if gated else types)
     if not limits:
         return []
-    instances, strays = _claim_with_orm(daemon, limit, limits, gated)
+    pks, types_of, (buckets, now) = (_take_gated if gated else _take)(limit, limits)
+    if not pks:
+        return []
+    if gated:
+        from atp.engine.engines import engine
+
+        instances, strays = engine().lease_keys(daemon, pks, sorted(set(types_of.values())),
+                                                start=start, inputs=inputs)
+    else:
+        instances, strays = lease_chosen(daemon, pks, start, inputs)
+    if buckets:
+        _spend_tokens(buckets, now, [types_of[instance.pk] for instance in instances])
     for pk in strays:
         repair_stray_row(pk)
+    return instances
+
+
+def lease_chosen(daemon, pks, start, inputs):
+    """Lease the waiting rows ``pks``, chosen and locked in this transaction, to ``daemon``
+    with the ORM; start the first ``start``; return ``(instances in claim order, with
+    their inputs when ``inputs``; keys of the stray rows)`` (``Engine.lease_keys``)."""
+    instances, strays = lease_rows(daemon, pks)
     for instance in instances[:start]:
         start_attempt(instance.pk, instance.attempt, daemon)
     if (start or inputs) and instances:
@@ -134,7 +154,7 @@ def claim_in_transaction(daemon, limit, type_ids, start, inputs, *, gated=False)
         instances = sorted(
             Instance.objects.filter(pk__in=position).select_related(*related),
             key=lambda instance: position[instance.pk])
-    return instances
+    return instances, strays
 
 
 def _lock_daemon(daemon):
@@ -294,16 +314,3 @@ def _lock_chosen(pks):
     if connections[database()].features.has_select_for_update_skip_locked:
         rows = rows.select_for_update(skip_locked=True)
     return set(rows.values_list("instance_id", flat=True))
-
-
-def _claim_with_orm(daemon, limit, limits, gated=False):
-    """Claim with the ORM; return ``(instances in claim order, keys of stray rows)``."""
-    pks, types, (buckets, now) = (_take_gated if gated else _take)(limit, limits)
-    if not pks:
-        return [], []
-    instances, strays = lease_rows(daemon, pks)
-    if buckets:
-        _spend_tokens(buckets, now, [types[instance.pk] for instance in instances])
-    return instances, strays
-
-

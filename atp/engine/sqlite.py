@@ -114,34 +114,53 @@ def claim(daemon, limit, type_ids, start=0, inputs=False):
         keys = [row[0] for row in cursor.fetchall()]
         if not keys:
             return [], []
-        cursor.execute(SQL["schedule"], {"daemon": daemon.pk, "now": now,
-                                         "starting": _listed(keys[:start]), "keys": _listed(keys)})
-        instances = by_key(builder(Instance), cursor.fetchall())
-        claimed = []
-        for pk in keys:  # in claim order
-            instance = instances.get(pk)
-            if instance is not None:
-                attach(instance, type=types[instance.type_id])
-                claimed.append(instance)
-        cursor.executemany(SQL["lease"], [
-            (daemon.pk, now, _stamp(moment + instance.type.timeout), instance.pk)
-            for instance in claimed])
-        label = daemon_label(daemon)
-        cursor.executemany(SQL["log_row"], [
-            (instance.pk, now, step, instance.attempt, "", label)
-            for instance in claimed
-            for step in ((Status.SCHEDULED, Status.RUNNING)
-                         if instance.status == Status.RUNNING else (Status.SCHEDULED,))])
-        if inputs and claimed:
-            cursor.execute(SQL["inputs_of_claimed"],
-                           [_listed(instance.pk for instance in claimed)])
-            loaded = {row.instance_id: row for row in map(_inputs, cursor.fetchall())}
-            for instance in claimed:
-                attach(instance, inputs=loaded[instance.pk])
+        claimed, strays = _lease(cursor, daemon, keys, types, moment, start, inputs)
         if buckets:
             spent = collections.Counter(instance.type_id for instance in claimed)
             cursor.executemany(SQL["spend"], [(tokens - spent[pk], now, pk)
                                               for pk, tokens in buckets.items() if spent[pk]])
+    return claimed, strays
+
+
+def lease_keys(daemon, keys, type_ids, start=0, inputs=False):
+    """Lease and schedule the waiting tasks ``keys`` (of the types ``type_ids``), chosen in
+    this immediate transaction (the gated claim: ``atp.engine.semaphores``); start the
+    first ``start``; return ``(instances in the order of keys, strays)``."""
+    with connections[database()].cursor() as cursor:
+        cursor.execute(SQL["claimable_types"], [_listed(type_ids)])
+        types = by_key(builder(Type), cursor.fetchall())
+        return _lease(cursor, daemon, keys, types, timezone.now(), check_start(start), inputs)
+
+
+def _lease(cursor, daemon, keys, types, moment, start, inputs):
+    """Lease the waiting tasks ``keys`` (of ``types``: ``{id: Type}``) to ``daemon`` at
+    ``moment``, starting the first ``start``; return ``(instances in the order of keys,
+    the keys of those not ACCEPTED: strays)``."""
+    now = _stamp(moment)
+    cursor.execute(SQL["schedule"], {"daemon": daemon.pk, "now": now,
+                                     "starting": _listed(keys[:start]), "keys": _listed(keys)})
+    instances = by_key(builder(Instance), cursor.fetchall())
+    claimed = []
+    for pk in keys:  # in claim order
+        instance = instances.get(pk)
+        if instance is not None:
+            attach(instance, type=types[instance.type_id])
+            claimed.append(instance)
+    cursor.executemany(SQL["lease"], [
+        (daemon.pk, now, _stamp(moment + instance.type.timeout), instance.pk)
+        for instance in claimed])
+    label = daemon_label(daemon)
+    cursor.executemany(SQL["log_row"], [
+        (instance.pk, now, step, instance.attempt, "", label)
+        for instance in claimed
+        for step in ((Status.SCHEDULED, Status.RUNNING)
+                     if instance.status == Status.RUNNING else (Status.SCHEDULED,))])
+    if inputs and claimed:
+        cursor.execute(SQL["inputs_of_claimed"],
+                       [_listed(instance.pk for instance in claimed)])
+        loaded = {row.instance_id: row for row in map(_inputs, cursor.fetchall())}
+        for instance in claimed:
+            attach(instance, inputs=loaded[instance.pk])
     return claimed, [pk for pk in keys if pk not in instances]
 
 

@@ -68,7 +68,7 @@ GUARDS = [
     # Claims.
     Guard("claim: task is ACCEPTED (hot)", PG,
           "ranked.instance_id\n        AND CASE WHEN i.status IN ('ACCEPTED') THEN true ELSE false END",
-          "ranked.instance_id", HOT, 4),
+          "ranked.instance_id", HOT, 5),
     Guard("claim: row unleased (hot)", PG,
           "WHERE daemon_id IS NULL AND paused_since IS NULL", "WHERE paused_since IS NULL", HOT,
           6),
@@ -274,7 +274,7 @@ GUARDS = [
     Guard("time-out from the claim (lite)", "atp/engine/sqlite.py",
           "_stamp(moment + instance.type.timeout)", "None", LITE),
     Guard("time-out from the claim (hot)", PG,
-          ",\n        deadline = STATEMENT_TIMESTAMP() + ty.timeout", "", HOT, 4),
+          ",\n        deadline = STATEMENT_TIMESTAMP() + ty.timeout", "", HOT, 5),
 ]
 
 

@@ -216,6 +216,17 @@ def settle_and_claim(daemon, outcomes, limit, type_ids, start, limited=False):
     return _claim(SQL["settle_and_claim"], params, daemon, True)
 
 
+def lease_keys(daemon, keys, type_ids, start=0, inputs=False):
+    """Lease and schedule the waiting tasks ``keys`` (of the types ``type_ids``), chosen and
+    locked in this transaction by the gated claim (``atp.engine.semaphores``); start the
+    first ``start``; return ``(instances in the order of keys, strays)``: the second
+    half of ``claim``, one statement."""
+    params = {"keys": list(keys), "start": check_start(start), "daemon": daemon.pk,
+              "label": daemon_label(daemon), "inputs": inputs}
+    _, claimed = _claim(SQL["lease_keys"], params, daemon, inputs)
+    return claimed
+
+
 def _claim(sql, params, daemon, inputs, within_limits=False):
     rows = _locked_round(sql, params, within_limits)
     alive, limited = rows[0][:2]

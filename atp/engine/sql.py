@@ -193,8 +193,6 @@ class StatementsEngine(Engine):
         return self.transaction(lambda: self.verbs.settle(daemon, outcomes))
 
     def lease_keys(self, daemon, pks, type_ids, *, start=0, inputs=False):
-        if not hasattr(self.verbs, "lease_keys"):  # PostgreSQL's: the portable form
-            return super().lease_keys(daemon, pks, type_ids, start=start, inputs=inputs)
         return self.verbs.lease_keys(daemon, pks, type_ids, start, inputs)
 
     def start(self, pk, attempt, daemon):

@@ -33,7 +33,7 @@ CLAIMED = [Instance, Type, Inputs]
 MODEL_ROWS = {
     "postgresql": {
         "claim": (FACTS, CLAIMED), "claim_within_limits": (FACTS, CLAIMED),
-        "settle_and_claim": (FACTS, CLAIMED), "settle_and_claim_within_limits": (FACTS, CLAIMED),
+        "lease_keys": (FACTS, CLAIMED), "settle_and_claim": (FACTS, CLAIMED), "settle_and_claim_within_limits": (FACTS, CLAIMED),
         "start": ([], CLAIMED),
     },
     "sqlite": {
@@ -53,7 +53,7 @@ CLAIM_GUARDS = {Status.SCHEDULED}
 SETTLE_GUARDS = {Status.FINISHED, Status.FAILED}
 GUARDED = {
     "postgresql": {
-        "claim": CLAIM_GUARDS, "claim_within_limits": CLAIM_GUARDS,
+        "claim": CLAIM_GUARDS, "claim_within_limits": CLAIM_GUARDS, "lease_keys": CLAIM_GUARDS,
         "settle_and_claim": CLAIM_GUARDS | SETTLE_GUARDS,
         "settle_and_claim_within_limits": CLAIM_GUARDS | SETTLE_GUARDS,
         "settle": SETTLE_GUARDS, "finish": {Status.FINISHED},
@@ -75,6 +75,8 @@ GUARDED = {
 REPEATS = {
     "postgresql": [
         ("claim", "claim_within_limits", {"limited", "picked"}),
+        # The tasks the gated claim chose, leased as the claim leases its own.
+        ("claim", "lease_keys", {"kinds", "alive", "limited", "picked", "ranked"}),
         ("claim", "settle_and_claim", set()),
         ("claim_within_limits", "settle_and_claim_within_limits", {"quota"}),
         ("settle", "settle_and_claim", set()),

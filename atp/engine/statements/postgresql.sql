@@ -180,6 +180,69 @@ LEFT JOIN ((SELECT *, row_number() OVER (PARTITION BY type_id ORDER BY id) = 1 A
     ON true
 ORDER BY l.priority DESC, l.not_before, l.id;
 
+-- name: lease_keys
+-- The claim's second half (see claim) for the tasks %(keys)s, in claim order, chosen by
+-- the gated claim in this transaction (atp.engine.semaphores: the daemon's row and the
+-- tasks' queue rows are locked already): lease and schedule them, start the first
+-- %(start)s, and return them in that order as claim does, with its facts (the daemon
+-- alive: the caller locked its row; no limited type: the caller counted the limits).
+WITH picked AS (
+    SELECT t.instance_id, k.position
+    FROM unnest(%(keys)b::bigint[]) WITH ORDINALITY AS k(id, position)
+    JOIN atp_task t ON t.instance_id = k.id
+    WHERE t.daemon_id IS NULL
+), ranked AS (
+    SELECT instance_id, position <= %(start)s AS starts FROM picked
+), scheduled AS (
+    UPDATE atp_instance i
+    SET status = CASE WHEN ranked.starts THEN 'RUNNING' ELSE 'SCHEDULED' END,
+        started = CASE WHEN ranked.starts THEN STATEMENT_TIMESTAMP() ELSE i.started END,
+        attempt = i.attempt + 1, daemon_id = %(daemon)s, updated = STATEMENT_TIMESTAMP()
+    FROM ranked WHERE i.id = ranked.instance_id
+        AND CASE WHEN i.status IN ('ACCEPTED') THEN true ELSE false END
+    RETURNING i.id, i.type_id, i.identifier, i.named, i.status, i.priority, i.tag, i.attempt,
+        i.restarts, i.retries, i.snoozes, i.batch_id, i.progress_done, i.progress_total,
+        i.progress_message, i.daemon_id, i.created, i.updated, i.started, i.finished, i.expires
+), leased AS (
+    UPDATE atp_task t SET daemon_id = %(daemon)s, claimed = STATEMENT_TIMESTAMP(),
+        deadline = STATEMENT_TIMESTAMP() + ty.timeout
+    FROM scheduled s, atp_type ty WHERE t.instance_id = s.id AND ty.id = t.type_id
+    RETURNING t.not_before, s.id, s.type_id, s.identifier, s.named, s.status, s.priority, s.tag,
+        s.attempt, s.restarts, s.retries, s.snoozes, s.batch_id, s.progress_done, s.progress_total,
+        s.progress_message, s.daemon_id, s.created, s.updated, s.started, s.finished, s.expires
+), logged AS (
+    INSERT INTO atp_logrecord (instance_id, time, status, attempt, message, daemon, actor)
+    SELECT id, STATEMENT_TIMESTAMP(), 'SCHEDULED', attempt, '', %(label)s, ''
+    FROM scheduled
+    UNION ALL
+    SELECT id, STATEMENT_TIMESTAMP(), 'RUNNING', attempt, '', %(label)s, ''
+    FROM scheduled WHERE status = 'RUNNING'
+)
+SELECT meta.alive, meta.limited,
+    CASE WHEN row_number() OVER () = 1 THEN meta.strays END AS strays,
+    CASE WHEN row_number() OVER () = 1 THEN meta.settled END AS settled,
+    l.id, l.type_id, l.identifier, l.named, l.status, l.priority, l.tag, l.attempt,
+    l.restarts, l.retries, l.snoozes, l.batch_id, l.progress_done, l.progress_total,
+    l.progress_message, l.daemon_id, l.created, l.updated, l.started, l.finished, l.expires,
+    ty.id, ty.identifier, ty.handler, ty.timeout, ty.max_restarts, ty.retention,
+    ty.max_concurrency, ty.max_input_bytes, ty.max_response_bytes, ty.max_queued, ty.rate,
+    ty.bucket_size, ty.tokens, ty.tokens_at, ty.dedup_window, ty.retry_limit, ty.age_limit,
+    ty.min_backoff, ty.max_backoff, ty.max_doublings, ty.retry_jitter, ty.max_snoozes, ty.key_concurrency, ty.key_rate, ty.key_bucket_size, ty.gated, ty.is_paused, ty.pull,
+    ty.input_format, ty.description, ty.created, ty.updated,
+    inp.instance_id, inp.input_format, inp.data
+FROM (
+    SELECT 1 AS alive, 0 AS limited,
+        (SELECT array_agg(k.id) FROM unnest(%(keys)b::bigint[]) AS k(id)
+         WHERE k.id NOT IN (SELECT id FROM scheduled)) AS strays,
+        NULL::bigint[] AS settled
+) AS meta
+LEFT JOIN ((SELECT *, row_number() OVER (PARTITION BY type_id ORDER BY id) = 1 AS introduces
+            FROM leased) l
+           LEFT JOIN atp_type ty ON ty.id = l.type_id AND l.introduces
+           LEFT JOIN atp_inputs inp ON inp.instance_id = l.id AND %(inputs)s)
+    ON true
+ORDER BY (SELECT p.position FROM picked p WHERE p.instance_id = l.id);
+
 -- name: claim_within_limits
 -- The claim (see claim) when one of its types has a concurrency limit or a rate. It
 -- runs after lock_round in the same transaction, a statement of its own so that it

@@ -84,3 +84,28 @@ def test_a_per_key_rate_admits_its_rate_for_each_key_at_once(start_daemon):
         started = sum(pk in pks for pk in window)
         print(f"{key}: {started} starts in 20 s")
         assert 90 <= started <= 110, (key, started)
+
+
+def test_a_keys_ten_tasks_start_among_the_first_hundred_behind_another_keys_ten_thousand(
+        start_daemon):
+    """Issue 21's fairness figure with real daemons: 10,000 tasks of one key, then 10 of
+    another; two daemons (4 workers each) drain them. Every task of the second key is
+    among the first 100 claimed; it is every other claim from about the 6th. Each key
+    may run 100 at once, so in enqueue order the 10,000 would fill every claim: the code
+    before turns claimed the 10 from the 165th on. (A SIGKILL between is the first
+    test's: here a killed daemon's prefetched tasks would wait for its reaper.)"""
+    from atp.models import LogRecord
+
+    atp.register_task_type("tests.api", "tests.handlers.noop", key_concurrency=100,
+                           max_restarts=5)
+    atp.enqueue_many("tests.api", [{}] * 10_000, key="big")
+    small = {task.pk for task in atp.enqueue_many("tests.api", [{}] * 10, key="small")}
+    daemons = [start_daemon("--workers", "4") for _ in range(2)]
+    wait_until(lambda: Instance.objects.filter(pk__in=small, status=Status.FINISHED).count()
+               == 10, 60, message="the small key's tasks ran", output=daemons[0].output)
+    firsts = {}  # every task's first claim (its first SCHEDULED entry), in order
+    for pk in LogRecord.objects.filter(status=Status.SCHEDULED).order_by("time", "pk") \
+            .values_list("instance_id", flat=True):
+        firsts.setdefault(pk, len(firsts))
+    places = sorted(firsts[pk] for pk in small)
+    assert places[-1] < 100, places

@@ -427,7 +427,7 @@ def insert_tasks(task_type, entries, priority, schedule, named=False, tag=None, 
     if holds is not None:
         semaphores = make_semaphores(holds)
         key = key_of(holds, semaphores)
-        turns_of = turns(key, not_before, len(entries))
+        turns_of = turns(key, priority, not_before, now, len(entries))
     instances = Instance.objects.bulk_create(
         Instance(type=task_type, identifier=identifier, priority=priority, created=now,
                  updated=now, named=named, batch_id=current_batch_id(), tag=tag,

@@ -28,7 +28,7 @@ import math
 import re
 
 from django.db import connections
-from django.db.models import Case, Count, DateTimeField, F, Q, Value, When
+from django.db.models import Case, Count, DateTimeField, F, Max, Min, Q, Value, When
 
 from atp.db import database_now
 from atp.engine.base import database, queue_write
@@ -110,41 +110,62 @@ def key_of(holds, ids):
     return next((ids[name] for name, key_type in holds if key_type is not None), None)
 
 
-def turns(key, not_before, count):
-    """Return the turns of ``count`` new tasks due at ``not_before`` whose key's semaphore
-    is ``key`` (None: no key): where each goes in the gated rows' claim order
-    (``Task.turn``).
+def turns(key, priority, not_before, now, count):
+    """Return the turns of ``count`` new tasks of ``priority`` due at ``not_before`` (at
+    ``now``, the database's time) whose key's semaphore is ``key`` (None: no key): where
+    each goes in the gated rows' claim order (``Task.turn``).
 
     A task without a key takes its turn at its due time. A key's tasks take turns
-    ``TURN`` apart from its due time, or after the last turn of the key's waiting tasks
-    when that is later: a key with many waiting gives way to the tasks of other keys
-    enqueued meanwhile, which do not wait behind its backlog (start-time fair queueing,
-    with the clock for virtual time). The last turn is read from the key's waiting rows
-    (``atp_task_key_idx``): a key none of whose tasks waits starts again from now."""
+    ``TURN`` apart, from where the gated claims of their priority are
+    (``service_point``), or after the last turn of the key's tasks of that priority
+    already due and waiting when that is later: start-time fair queueing. A key with many
+    waiting gives way to the tasks of other keys enqueued meanwhile, which do not wait
+    behind its backlog; a key none of whose tasks waits starts again where the claims
+    are. A task due later takes its turn as if due now (it is claimed only once due),
+    and does not push back the key's tasks due before it. The last turn is read from the
+    key's waiting rows (``atp_task_key_idx``)."""
     if key is None:
         return [not_before] * count
-    last = (Task.objects.filter(key_id=key, daemon__isnull=True).order_by("-turn")
-            .values_list("turn", flat=True).first())
-    first = not_before if last is None else max(not_before, last + TURN)
+    last = (Task.objects.filter(key_id=key, daemon__isnull=True, priority=priority,
+                                not_before__lte=now)
+            .order_by("-turn").values_list("turn", flat=True).first())
+    first = service_point(priority, now)
+    if last is not None:
+        first = max(first, last + TURN)
     return [first + index * TURN for index in range(count)]
 
 
-def requeued(pk, task_type_id, now):
-    """Return the fields of a new queue row of task ``pk`` (of type ``task_type_id``) due
-    at ``now`` (an operator's re-enqueue): it still holds its semaphores, so it is gated,
-    with its key and its turn."""
+def service_point(priority, now):
+    """Return the turn the gated claims of ``priority`` are at (the virtual time of fair
+    queueing): the latest turn among the gated tasks in service (leased, few); with none,
+    the first among those waiting and due (the next a claim weighs); else ``now``."""
+    serving = (Task.objects.filter(daemon__isnull=False, gated=True, priority=priority)
+               .aggregate(turn=Max("turn"))["turn"])
+    if serving is not None:
+        return serving
+    head = (Task.objects.filter(daemon__isnull=True, gated=True, priority=priority,
+                                not_before__lte=now)
+            .order_by("turn").values_list("turn", flat=True).first())
+    return now if head is None else min(head, now)
+
+
+def requeued(pk, task_type_id, priority, now):
+    """Return the fields of a new queue row of task ``pk`` (of type ``task_type_id`` and
+    ``priority``) due at ``now`` (an operator's re-enqueue): it still holds its
+    semaphores, so it is gated, with its key, and its turn as a new task of its key's."""
     held = list(Hold.objects.filter(instance_id=pk).values_list("semaphore_id",
                                                                 "semaphore__type_id"))
     if not held:
         return {"gated": False}
     key = next((semaphore for semaphore, type_id in held if type_id == task_type_id), None)
-    return {"gated": True, "key_id": key, "turn": turns(key, now, 1)[0]}
+    return {"gated": True, "key_id": key, "turn": turns(key, priority, now, now, 1)[0]}
 
 
 def due_at(due):
     """Return the fields that make a waiting queue row due at ``due`` (a time, or an
     expression of one): a gated row also takes its turn then (a retry, a snooze, a task
-    run now or back in the queue goes where a task enqueued then would)."""
+    run now or resumed goes where a task without a key due then would: ahead of its
+    key's backlog, which it was part of)."""
     if not hasattr(due, "resolve_expression"):
         due = Value(due, output_field=DateTimeField())
     return {"not_before": due, "turn": Case(When(gated=True, then=due), default=F("turn"))}
@@ -286,9 +307,19 @@ class Gates:
 
 def after(priority, turn, pk):
     """Return the filter of the waiting gated rows after ``(priority, turn, pk)`` in their
-    claim order (``atp.engine.sql.GATED_ORDER``)."""
-    return (Q(priority__lt=priority) | Q(priority=priority, turn__gt=turn)
-            | Q(priority=priority, turn=turn, instance_id__gt=pk))
+    claim order (``atp.engine.sql.GATED_ORDER``), a turn of None (a row written without
+    one) where the database sorts it: after every turn on PostgreSQL, before on the
+    others."""
+    last = connections[database()].features.nulls_order_largest
+    if turn is None:
+        same = Q(turn__isnull=True, instance_id__gt=pk)
+        if not last:
+            same |= Q(turn__isnull=False)
+    else:
+        same = Q(turn__gt=turn) | Q(turn=turn, instance_id__gt=pk)
+        if last:
+            same |= Q(turn__isnull=True)
+    return Q(priority__lt=priority) | (Q(priority=priority) & same)
 
 
 def claim_gated(daemon, limit, type_ids, *, start=0, inputs=False):
@@ -306,27 +337,15 @@ def claim_gated(daemon, limit, type_ids, *, start=0, inputs=False):
 def next_due(type_ids, within):
     """Return in how many seconds the first gated task of ``type_ids`` waiting for its
     time becomes runnable, if it does within ``within`` seconds, else None
-    (``atp.engine.claim.next_due`` for the gated tasks, which are not in the claim index).
-
-    Walked in their claim order, down each priority (one probe of the gated index a
-    priority): the first due of each is the one whose turn comes first. A key's task
-    due before a task of the same key with an earlier turn (one enqueued with a longer
-    countdown) is found at the daemon's next poll instead."""
+    (``atp.engine.claim.next_due`` for the gated tasks, which are not in the claim
+    index). A read of the waiting gated rows of those types (their index has no due
+    times: a key's turn is not its due time), when a daemon serving them is idle."""
     now = database_now(database())
-    bound = now + datetime.timedelta(seconds=within)
-    waiting = Task.objects.filter(gated=True, daemon__isnull=True)
-    due = None
-    level = waiting.order_by("-priority").values_list("priority", flat=True).first()
-    while level is not None:
-        first = (waiting.filter(priority=level, turn__gt=now, turn__lt=bound,
-                                not_before__gt=now, paused_since__isnull=True,
-                                type_id__in=type_ids)
-                 .order_by("turn").values_list("not_before", flat=True).first())
-        if first is not None and (due is None or first < due):
-            due = first
-        level = (waiting.filter(priority__lt=level).order_by("-priority")
-                 .values_list("priority", flat=True).first())
-    return None if due is None else max(0.0, (due - now).total_seconds())
+    first = (Task.objects.filter(gated=True, daemon__isnull=True, paused_since__isnull=True,
+                                 type_id__in=type_ids, not_before__gt=now,
+                                 not_before__lt=now + datetime.timedelta(seconds=within))
+             .aggregate(first=Min("not_before"))["first"])
+    return None if first is None else max(0.0, (first - now).total_seconds())
 
 
 def holds_of(pk, task_type):

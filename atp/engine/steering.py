@@ -60,7 +60,7 @@ def resume(instance, message="", *, by=None):
     pk = pk_of(instance)
     locked = lock_task(pk)
     if locked.is_held:
-        queue_row(pk).update(paused_since=None, not_before=Now())
+        queue_row(pk).update(paused_since=None, **due_at(Now()))
         attempt = move(
             pk, Status.ACCEPTED, sources={Status.PAUSED}, changes={"started": None},
             message=message or f"resumed: attempt {locked.attempt} was lost while paused, "
@@ -194,7 +194,7 @@ def _retry_ended(locked, message, by):
             Task.objects.create(
                 instance_id=pk, type_id=locked.type_id, identifier=locked.identifier,
                 priority=locked.priority, tag=locked.tag, enqueued=now, not_before=now,
-                **requeued(pk, locked.type_id, now),
+                **requeued(pk, locked.type_id, locked.priority, now),
             )
         except IntegrityError:
             raise TaskAlreadyExists(

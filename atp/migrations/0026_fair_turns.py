@@ -6,10 +6,16 @@ from django.db import migrations, models
 
 
 def turns_of_waiting(apps, schema_editor):
-    """The gated tasks already waiting take their turns at their due times."""
+    """The gated tasks already waiting take their turns at their due times, and know their
+    key's semaphore (the one of their type they hold)."""
     Task = apps.get_model("atp", "Task")
-    Task.objects.using(schema_editor.connection.alias).filter(gated=True).update(
-        turn=models.F("not_before"))
+    Hold = apps.get_model("atp", "Hold")
+    alias = schema_editor.connection.alias
+    key = Hold.objects.using(alias).filter(
+        instance_id=models.OuterRef("instance_id"),
+        semaphore__type_id=models.OuterRef("type_id")).values("semaphore_id")[:1]
+    Task.objects.using(alias).filter(gated=True).update(
+        turn=models.F("not_before"), key_id=models.Subquery(key))
 
 
 class Migration(migrations.Migration):

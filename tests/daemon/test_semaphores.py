@@ -3,6 +3,7 @@ five, and five philosophers each holding two forks (named in random order) alway
 finish, while a daemon is SIGKILLed between. Each task takes an exclusive file lock of
 each semaphore it holds: two holders at once would leave a mark (``hold_locks``)."""
 
+import os
 import random
 import signal
 
@@ -16,12 +17,17 @@ from tests.processes import wait_until
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
+#: Rounds of the dining philosophers: issue 21 asks 50 (``make test-philosophers``, in
+#: CI); the suite runs 8 to keep ``make test`` within its time.
+ROUNDS = int(os.environ.get("ATP_TEST_PHILOSOPHER_ROUNDS", "8"))
+
+
 def test_semaphores_hold_across_daemons_and_a_sigkill(start_daemon, tmp_path):
     atp.register_task_type("tests.locks", "tests.handlers.hold_locks", max_restarts=5)
     atp.set_semaphore("gpu", 4)
     shuffle = random.Random(7).shuffle
     tasks = []
-    for _ in range(8):  # rounds
+    for _ in range(ROUNDS):
         for seat in range(5):  # the dining philosophers: forks seat and seat + 1
             forks = [f"fork-{seat}", f"fork-{(seat + 1) % 5}"]
             shuffle(forks)
@@ -39,7 +45,7 @@ def test_semaphores_hold_across_daemons_and_a_sigkill(start_daemon, tmp_path):
                message="ten tasks ran", output=daemons[0].output)
     daemons[1].signal(signal.SIGKILL)
     wait_until(lambda: Instance.objects.filter(status__in=TERMINAL).count() == len(tasks),
-               120, message="every task ended", output=daemons[0].output)
+               120 + 10 * ROUNDS, message="every task ended", output=daemons[0].output)
     assert sorted(path.name for path in tmp_path.glob("*.overlap")) == [], (
         "two holders of one semaphore at once")
     assert not Instance.objects.exclude(status=Status.FINISHED).exists()

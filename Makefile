@@ -26,7 +26,7 @@ DJANGO_COMPAT ?= Django>=4.2,<5.0
 	test-sqlite-fast test-postgres-slow test-mysql-slow test-postgres \
 	test-postgres-own test-postgres-orm test-postgres-fast test-mysql test-mysql-own \
 	test-mysql-orm test-mysql-fast mysql-driver test-orm test-djangotasks test-compat \
-	test-django6 test-philosophers test-lane test-beside bench bench-peers bench-admin soak screenshots guards chaos lint clean
+	test-django6 test-lane test-beside bench bench-peers bench-admin soak screenshots guards chaos lint clean
 
 $(VENV)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -168,19 +168,6 @@ test-postgres-orm: $(VENV)/.installed
 	@$(call on_postgres,the orm engine in $(call orm_url,$(ATP_TEST_DATABASE_URL)),\
 		ATP_TEST_DATABASE_URL=$(call orm_url,$(ATP_TEST_DATABASE_URL)) \
 		ATP_TEST_ENGINE=orm $(PY) -m pytest $(PYTEST_ARGS) $(ORM_TESTS) $(ONCE_TESTS))
-
-# The dining philosophers at issue 21's scale (50 rounds of five, each task holding its
-# two forks named in random order, on three daemons, one SIGKILLed) on PostgreSQL and
-# MariaDB/MySQL, in databases of their own; `make test` runs 8 rounds. CI runs it.
-test-philosophers: $(VENV)/.installed mysql-driver
-	@$(call on_postgres,the philosophers in $(call suffixed,$(ATP_TEST_DATABASE_URL),_philosophers),\
-		ATP_TEST_PHILOSOPHER_ROUNDS=50 \
-		ATP_TEST_DATABASE_URL=$(call suffixed,$(ATP_TEST_DATABASE_URL),_philosophers) \
-		$(PY) -m pytest $(PYTEST_ARGS) tests/daemon/test_semaphores.py -k sigkill)
-	@$(call on_mysql,the philosophers in $(call suffixed,$(ATP_TEST_MYSQL_URL),_philosophers),\
-		ATP_TEST_PHILOSOPHER_ROUNDS=50 \
-		ATP_TEST_DATABASE_URL=$(call suffixed,$(ATP_TEST_MYSQL_URL),_philosophers) \
-		$(PY) -m pytest $(PYTEST_ARGS) tests/daemon/test_semaphores.py -k sigkill)
 
 # MariaDB/MySQL at $(ATP_TEST_MYSQL_URL). Its driver (the `mysql` extra, mysqlclient)
 # builds against the client library's headers: the Debian packages are installed here

@@ -50,21 +50,21 @@ class ConditionalIndexes:
 
 
 class WaitingIndex(models.Index):
-    """An index of the waiting rows of one kind: those for which ``lead`` (a boolean
-    field) is ``flag``. Where a database has partial indexes the condition says so, and
-    the index has only ``fields``; where it has none (MariaDB, MySQL: the condition is
-    ignored, see ``ConditionalIndexes``) ``lead`` comes first, so that a walk of the rows
-    of one kind (``lead = flag``, an equality) still reads those alone, in order."""
+    """An index of the waiting rows of one kind, told apart by ``condition`` where a
+    database has partial indexes (with no boolean in it: Django writes those differently
+    from one version to the next, and SQLite uses a partial index only for a query that
+    repeats its condition word for word). Where a database has none (MariaDB, MySQL: the
+    condition is ignored, see ``ConditionalIndexes``) ``lead``, a boolean field telling
+    the kinds apart, comes first, so that a walk of the rows of one kind (``lead = 0`` or
+    ``1``, an equality) still reads those alone, in order."""
 
-    def __init__(self, *, lead, flag, fields, condition, **kwargs):
-        self.lead, self.flag = lead, flag
-        super().__init__(fields=fields, condition=condition & Q(**{lead: flag}), **kwargs)
+    def __init__(self, *, lead, fields, **kwargs):
+        self.lead = lead
+        super().__init__(fields=fields, **kwargs)
 
     def deconstruct(self):
         path, args, kwargs = super().deconstruct()
-        kwargs["condition"] = Q(*[child for child in kwargs["condition"].children
-                                  if child != (self.lead, self.flag)])
-        return path, args, {**kwargs, "lead": self.lead, "flag": self.flag}
+        return path, args, {**kwargs, "lead": self.lead}
 
     def create_sql(self, model, schema_editor, using="", **kwargs):
         if schema_editor.connection.features.supports_partial_indexes:
@@ -565,15 +565,16 @@ class Task(ConditionalIndexes, models.Model):
         indexes = [
             # Claim order: higher priority first, then the longest runnable. Only
             # waiting rows are in it, so it stays small however busy the queue; and no
-            # gated row, which the engines' claims never take.
+            # gated row (those have a turn), which the engines' claims never take.
             WaitingIndex(
-                lead="gated", flag=False, fields=["-priority", "not_before", "instance"],
-                condition=Q(daemon__isnull=True), name="atp_task_claim_idx",
+                lead="gated", fields=["-priority", "not_before", "instance"],
+                condition=Q(daemon__isnull=True, turn__isnull=True), name="atp_task_claim_idx",
             ),
             # The gated rows' claim order: priority, then their turn (keys take turns).
+            # A gated row has a turn, an ungated one none (atp.invariants: gated-in-turn).
             WaitingIndex(
-                lead="gated", flag=True, fields=["-priority", "turn", "instance"],
-                condition=Q(daemon__isnull=True), name="atp_task_gated_idx",
+                lead="gated", fields=["-priority", "turn", "instance"],
+                condition=Q(daemon__isnull=True, turn__isnull=False), name="atp_task_gated_idx",
             ),
             # The last turn of a key's waiting tasks: where its next task's turn is counted.
             models.Index(

@@ -208,11 +208,12 @@ def runnable_tasks(type_ids, *, gated=False, locked=True):
         daemon__isnull=True, paused_since__isnull=True, not_before__lte=Now(),
         type_id__in=type_ids,
     ).filter(Q(expires__isnull=True) | Q(expires__gt=Now()))
+    # A gated row has a turn, an ungated one none: which claim index holds it.
     if gated:
-        waiting = waiting.filter(gated=True).order_by(*GATED_ORDER)
+        waiting = waiting.filter(gated=True, turn__isnull=False).order_by(*GATED_ORDER)
     else:
         waiting = waiting.filter(gated=False)
-        waiting = waiting.order_by(*CLAIM_ORDER)
+        waiting = waiting.filter(turn__isnull=True).order_by(*CLAIM_ORDER)
     if locked and connections[database()].features.has_select_for_update_skip_locked:
         waiting = waiting.select_for_update(skip_locked=True)
     return waiting

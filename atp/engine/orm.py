@@ -296,7 +296,7 @@ def _take_gated(limit, limits):
         if len(rows) < chunk:
             break
         _, _, priority, turn = rows[-1]
-        if turn is not None and turn.tzinfo is None:  # read raw: in the database's zone
+        if turn.tzinfo is None:  # read raw: in the database's zone
             turn = turn.replace(tzinfo=connections[database()].timezone)
         last = (priority, turn, rows[-1][0])
     gates.spend()

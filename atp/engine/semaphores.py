@@ -307,19 +307,9 @@ class Gates:
 
 def after(priority, turn, pk):
     """Return the filter of the waiting gated rows after ``(priority, turn, pk)`` in their
-    claim order (``atp.engine.sql.GATED_ORDER``), a turn of None (a row written without
-    one) where the database sorts it: after every turn on PostgreSQL, before on the
-    others."""
-    last = connections[database()].features.nulls_order_largest
-    if turn is None:
-        same = Q(turn__isnull=True, instance_id__gt=pk)
-        if not last:
-            same |= Q(turn__isnull=False)
-    else:
-        same = Q(turn__gt=turn) | Q(turn=turn, instance_id__gt=pk)
-        if last:
-            same |= Q(turn__isnull=True)
-    return Q(priority__lt=priority) | (Q(priority=priority) & same)
+    claim order (``atp.engine.sql.GATED_ORDER``)."""
+    return (Q(priority__lt=priority) | Q(priority=priority, turn__gt=turn)
+            | Q(priority=priority, turn=turn, instance_id__gt=pk))
 
 
 def claim_gated(daemon, limit, type_ids, *, start=0, inputs=False):

@@ -12,6 +12,7 @@ from atp import engine
 from atp.db import database_now
 from atp.engine.orm import GATED_CHUNK
 from atp.engine.semaphores import TURN
+from atp.invariants import check_queue
 from atp.models import Task
 
 
@@ -147,18 +148,19 @@ def test_a_backlog_served_slower_than_its_turns_does_not_hold_up_a_new_key(db, d
     assert drain(daemon, 11, per_claim=1).index(small.pk) < 2
 
 
-def test_gated_rows_without_a_turn_do_not_stop_the_gated_claim(db, daemon):
-    """Found by review: a gated row without a turn (written by code before migration
+def test_a_gated_row_without_a_turn_is_claimed_by_no_claim_and_reported(db, daemon):
+    """Found by review: a gated row without a turn (written by code from before migration
     0026, still running during an upgrade) at the end of a chunk stopped every gated
-    claim (SQLite, MariaDB: NULLs first) or was never read past (PostgreSQL: last)."""
+    claim. Now no claim takes one (the engines' claims read the rows without a turn,
+    but never a gated one), the others are claimed past it, and the invariants report
+    it."""
     atp.register_task_type("tests.sync", "tests.handlers.noop")
     running = atp.enqueue("tests.sync", hold=["m"])
     assert [task.pk for task in atp.dequeue(daemon)] == [running.pk]
     atp.enqueue_many("tests.sync", [None] * (GATED_CHUNK + 40), hold=["m"])
     free = atp.enqueue("tests.sync", hold=["n"])
-    Task.objects.filter(daemon__isnull=True).exclude(pk=free.pk).update(turn=None)
-    assert [task.pk for task in atp.dequeue(daemon)] == [free.pk]
-    Task.objects.filter(daemon__isnull=True).update(turn=None)
-    other = atp.enqueue("tests.sync", hold=["o"])
-    Task.objects.filter(pk=other.pk).update(turn=None)
-    assert [task.pk for task in atp.dequeue(daemon)] == [other.pk]
+    turnless = atp.enqueue("tests.sync", hold=["o"])
+    Task.objects.filter(pk=turnless.pk).update(turn=None)
+    assert [task.pk for task in atp.dequeue(daemon, limit=5)] == [free.pk]
+    assert [(violation.rule, violation.task) for violation in check_queue()] == [
+        ("gated-in-turn", turnless.pk)]

@@ -122,6 +122,7 @@ WITH kinds AS (
     SELECT instance_id, priority, not_before FROM atp_task
     WHERE daemon_id IS NULL AND paused_since IS NULL AND not_before <= STATEMENT_TIMESTAMP()
         AND (expires IS NULL OR expires > STATEMENT_TIMESTAMP()) AND NOT gated
+        AND turn IS NULL
         AND EXISTS (SELECT 1 FROM alive)
         AND type_id = ANY(ARRAY(SELECT id FROM kinds)) AND NOT EXISTS (SELECT 1 FROM limited)
     ORDER BY priority DESC, not_before, instance_id LIMIT %(limit)s
@@ -287,6 +288,7 @@ WITH kinds AS (
     SELECT instance_id, priority, not_before FROM atp_task
     WHERE daemon_id IS NULL AND paused_since IS NULL AND not_before <= STATEMENT_TIMESTAMP()
         AND (expires IS NULL OR expires > STATEMENT_TIMESTAMP()) AND NOT gated
+        AND turn IS NULL
         AND EXISTS (SELECT 1 FROM alive)
         AND type_id = ANY(ARRAY(SELECT id FROM kinds WHERE NOT is_limited))
     ORDER BY priority DESC, not_before, instance_id LIMIT %(limit)s
@@ -296,6 +298,7 @@ WITH kinds AS (
         SELECT instance_id, priority, not_before FROM atp_task
         WHERE daemon_id IS NULL AND paused_since IS NULL AND not_before <= STATEMENT_TIMESTAMP()
             AND (expires IS NULL OR expires > STATEMENT_TIMESTAMP()) AND NOT gated
+            AND turn IS NULL
             AND EXISTS (SELECT 1 FROM alive) AND type_id = q.id
         ORDER BY priority DESC, not_before, instance_id LIMIT q.free
         FOR UPDATE SKIP LOCKED) w
@@ -479,6 +482,7 @@ WITH batch AS (
     SELECT instance_id, priority, not_before FROM atp_task
     WHERE daemon_id IS NULL AND paused_since IS NULL AND not_before <= STATEMENT_TIMESTAMP()
         AND (expires IS NULL OR expires > STATEMENT_TIMESTAMP()) AND NOT gated
+        AND turn IS NULL
         AND EXISTS (SELECT 1 FROM alive)
         AND type_id = ANY(ARRAY(SELECT id FROM kinds)) AND NOT EXISTS (SELECT 1 FROM limited)
     ORDER BY priority DESC, not_before, instance_id LIMIT %(limit)s
@@ -615,6 +619,7 @@ WITH batch AS (
     SELECT instance_id, priority, not_before FROM atp_task
     WHERE daemon_id IS NULL AND paused_since IS NULL AND not_before <= STATEMENT_TIMESTAMP()
         AND (expires IS NULL OR expires > STATEMENT_TIMESTAMP()) AND NOT gated
+        AND turn IS NULL
         AND EXISTS (SELECT 1 FROM alive)
         AND type_id = ANY(ARRAY(SELECT id FROM kinds WHERE NOT is_limited))
     ORDER BY priority DESC, not_before, instance_id LIMIT %(limit)s
@@ -624,6 +629,7 @@ WITH batch AS (
         SELECT instance_id, priority, not_before FROM atp_task
         WHERE daemon_id IS NULL AND paused_since IS NULL AND not_before <= STATEMENT_TIMESTAMP()
             AND (expires IS NULL OR expires > STATEMENT_TIMESTAMP()) AND NOT gated
+            AND turn IS NULL
             AND EXISTS (SELECT 1 FROM alive) AND type_id = q.id
         ORDER BY priority DESC, not_before, instance_id LIMIT q.free
         FOR UPDATE SKIP LOCKED) w
@@ -701,17 +707,18 @@ ORDER BY l.priority DESC, l.not_before, l.id;
 -- come. Run under bound_claim_plan. The gated tasks are not in the claim index:
 -- atp.engine.semaphores.next_due looks for theirs.
 WITH RECURSIVE levels(priority) AS (
-    (SELECT priority FROM atp_task WHERE daemon_id IS NULL AND NOT gated
+    (SELECT priority FROM atp_task WHERE daemon_id IS NULL AND NOT gated AND turn IS NULL
      ORDER BY priority DESC LIMIT 1)
     UNION ALL
     SELECT (SELECT t.priority FROM atp_task t
-            WHERE t.daemon_id IS NULL AND NOT t.gated AND t.priority < l.priority
+            WHERE t.daemon_id IS NULL AND NOT t.gated AND t.turn IS NULL
+                AND t.priority < l.priority
             ORDER BY t.priority DESC LIMIT 1)
     FROM levels l WHERE l.priority IS NOT NULL
 )
 SELECT EXTRACT(EPOCH FROM min((
     SELECT t.not_before FROM atp_task t
-    WHERE t.daemon_id IS NULL AND NOT t.gated AND t.priority = l.priority
+    WHERE t.daemon_id IS NULL AND NOT t.gated AND t.turn IS NULL AND t.priority = l.priority
         AND t.not_before > STATEMENT_TIMESTAMP()
         AND t.not_before < STATEMENT_TIMESTAMP() + make_interval(secs => %(within)s)
         AND t.paused_since IS NULL

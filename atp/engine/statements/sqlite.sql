@@ -42,6 +42,7 @@ GROUP BY type_id;
 SELECT instance_id FROM atp_task INDEXED BY atp_task_claim_idx
 WHERE daemon_id IS NULL AND paused_since IS NULL AND not_before <= %(now)s
     AND (expires IS NULL OR expires > %(now)s) AND NOT gated
+    AND turn IS NULL
     AND type_id IN (SELECT value FROM json_each(%(types)s))
 ORDER BY priority DESC, not_before, instance_id LIMIT %(limit)s;
 
@@ -60,6 +61,7 @@ SELECT instance_id FROM (
         SELECT instance_id, priority, not_before FROM atp_task INDEXED BY atp_task_claim_idx
         WHERE daemon_id IS NULL AND paused_since IS NULL AND not_before <= %(now)s
             AND (expires IS NULL OR expires > %(now)s) AND NOT gated
+            AND turn IS NULL
             AND type_id IN (SELECT value FROM json_each(%(unlimited)s))
             AND json_array_length(%(unlimited)s) > 0
         ORDER BY priority DESC, not_before, instance_id LIMIT %(limit)s)
@@ -74,6 +76,7 @@ SELECT instance_id FROM (
             SELECT instance_id FROM atp_task INDEXED BY atp_task_claim_idx
             WHERE daemon_id IS NULL AND paused_since IS NULL AND not_before <= %(now)s
                 AND (expires IS NULL OR expires > %(now)s) AND NOT gated
+                AND turn IS NULL
                 AND type_id = CAST(q.key AS INTEGER)
             ORDER BY priority DESC, not_before, instance_id LIMIT %(limit)s))
     WHERE rank <= free
@@ -118,16 +121,18 @@ UPDATE atp_type SET tokens = %s, tokens_at = %s WHERE id = %s;
 -- (a JSON array) after %(now)s and before %(bound)s, by a skip scan of the claim index.
 WITH RECURSIVE levels(priority) AS (
     SELECT * FROM (SELECT priority FROM atp_task INDEXED BY atp_task_claim_idx
-        WHERE daemon_id IS NULL AND NOT gated ORDER BY priority DESC LIMIT 1)
+        WHERE daemon_id IS NULL AND NOT gated AND turn IS NULL
+        ORDER BY priority DESC LIMIT 1)
     UNION ALL
     SELECT (SELECT t.priority FROM atp_task t INDEXED BY atp_task_claim_idx
-            WHERE t.daemon_id IS NULL AND NOT t.gated AND t.priority < l.priority
+            WHERE t.daemon_id IS NULL AND NOT t.gated AND t.turn IS NULL
+                AND t.priority < l.priority
             ORDER BY t.priority DESC LIMIT 1)
     FROM levels l WHERE l.priority IS NOT NULL
 )
 SELECT min((
     SELECT t.not_before FROM atp_task t INDEXED BY atp_task_claim_idx
-    WHERE t.daemon_id IS NULL AND NOT t.gated AND t.priority = l.priority
+    WHERE t.daemon_id IS NULL AND NOT t.gated AND t.turn IS NULL AND t.priority = l.priority
         AND t.not_before > %(now)s
         AND t.not_before < %(bound)s AND t.paused_since IS NULL
         AND t.type_id IN (SELECT value FROM json_each(%(types)s))

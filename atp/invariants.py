@@ -35,7 +35,8 @@ RULES = {
     "queue-row-copies": "a queue row has its task's type, identifier and tag",
     "history-ends-in-state": "the latest state in a task's history is the task's state",
     "gated-in-turn": "a queue row is gated exactly when its task holds a semaphore; a gated "
-                     "row has a turn, and its key is a semaphore its task holds",
+                     "row has a turn and an ungated one none, and its key is a semaphore "
+                     "its task holds",
 }
 
 
@@ -130,8 +131,10 @@ def _offenders(settled):
             holding.filter(gated=False, holds=True).values_list("pk", flat=True))
     yield "gated-in-turn", "its queue row is gated but its task holds no semaphore", list(
         holding.filter(gated=True, holds=False).values_list("pk", flat=True))
-    yield "gated-in-turn", "its gated queue row has no turn", list(
+    yield "gated-in-turn", "its gated queue row has no turn: no claim takes it", list(
         rows.filter(gated=True, turn__isnull=True).values_list("pk", flat=True))
+    yield "gated-in-turn", "its ungated queue row has a turn: no claim takes it", list(
+        rows.filter(gated=False, turn__isnull=False).values_list("pk", flat=True))
     yield "gated-in-turn", "its queue row's key is no semaphore its task holds", list(
         rows.filter(key__isnull=False).exclude(Exists(held.filter(semaphore_id=OuterRef("key_id"))))
         .values_list("pk", flat=True))

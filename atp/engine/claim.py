@@ -199,15 +199,19 @@ def limits_of(types):
             for pk, most, rate in types.values_list("pk", "max_concurrency", "rate")}
 
 
-def runnable_tasks(type_ids, *, gated=False, locked=True):
-    """Return the queue rows a claim may take, in claim order, locked as it reads them
-    (skipping those locked already) unless not ``locked``: the rows that hold no
-    semaphore, or with ``gated`` those that do, in their own order (``GATED_ORDER``:
-    ``atp.engine.semaphores`` counts their slots)."""
-    waiting = Task.objects.filter(
+def runnable_rows():
+    """Return the queue rows runnable now: unleased, not held, due, not expired."""
+    return Task.objects.filter(
         daemon__isnull=True, paused_since__isnull=True, not_before__lte=Now(),
-        type_id__in=type_ids,
     ).filter(Q(expires__isnull=True) | Q(expires__gt=Now()))
+
+
+def runnable_tasks(type_ids, *, gated=False, locked=True):
+    """Return the queue rows of ``type_ids`` a claim may take (``runnable_rows``), in
+    claim order, locked as it reads them (skipping those locked already) unless not
+    ``locked``: the rows that hold no semaphore, or with ``gated`` those that do, in
+    their own order (``GATED_ORDER``: ``atp.engine.semaphores`` counts their slots)."""
+    waiting = runnable_rows().filter(type_id__in=type_ids)
     # A gated row has a turn, an ungated one none: which claim index holds it.
     if gated:
         waiting = waiting.filter(gated=True, turn__isnull=False).order_by(*GATED_ORDER)

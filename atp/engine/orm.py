@@ -14,7 +14,7 @@ import datetime
 import math
 
 from django.db import connections
-from django.db.models import Count, Q
+from django.db.models import Count
 from django.db.models.functions import Now
 
 from atp.db import database_now
@@ -25,6 +25,7 @@ from atp.engine.claim import (
     limits_of,
     read_runnable,
     repair_stray_row,
+    runnable_rows,
     runnable_tasks,
 )
 from atp.engine.contract import Engine
@@ -308,9 +309,7 @@ def _lock_chosen(pks):
     they were read of), skipping those another claim holds; return the keys of those
     locked. Unordered: ordered in claim order, a database would walk the claim index for
     them."""
-    rows = Task.objects.filter(
-        instance_id__in=pks, daemon__isnull=True, paused_since__isnull=True,
-        not_before__lte=Now()).filter(Q(expires__isnull=True) | Q(expires__gt=Now()))
+    rows = runnable_rows().filter(instance_id__in=pks)
     if connections[database()].features.has_select_for_update_skip_locked:
         rows = rows.select_for_update(skip_locked=True)
     return set(rows.values_list("instance_id", flat=True))

@@ -325,6 +325,7 @@ def test_the_invariants_hold_of_gated_rows_and_catch_each_way_they_break(db, dae
                    for violation in check_queue())
     assert found == sorted([
         ("gated-in-turn", keyed.pk, "its queue row is not gated but"),
+        ("gated-in-turn", keyed.pk, "its ungated queue row has a tu"),
         ("gated-in-turn", plain.pk, "its queue row is gated but its"),
         ("gated-in-turn", plain.pk, "its gated queue row has no tur"),
         ("gated-in-turn", mutex.pk, "its queue row's key is no sema"),
